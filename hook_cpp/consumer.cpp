@@ -1,0 +1,429 @@
+// memhook._native: formats the shared segment, drains its rings and aggregates outstanding bytes
+// per unique backtrace.
+//
+// Merging the per-thread rings. Timestamps order a pointer's free before its reuse, but an event
+// may be timestamped and not yet published. Each drain therefore (1) reads the clock t_c,
+// (2) runs membarrier(GLOBAL_EXPEDITED) so every target thread passes a full barrier, (3) reads
+// each ring's busy flag and cursor. An event whose busy store was not yet visible at (3) began
+// after the barrier, hence after t_c; a ring seen busy holds the watermark at its last published
+// timestamp. Events older than the watermark are applied in timestamp order; the final drain
+// after detach applies everything.
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/membarrier.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "segment.h"
+
+namespace py = pybind11;
+using namespace memhook;
+
+namespace {
+
+struct HookInfo {
+  int id;
+  const char* symbol;
+  const char* name;
+  char kind;
+};
+const HookInfo kHooks[] = {
+#define HOOK(id, sym, name, kind, ret, params, args) {id, #sym, name, #kind[0]},
+#include "hooks.def"
+#undef HOOK
+};
+
+char kind_of(int op) {
+  for (const HookInfo& h : kHooks)
+    if (h.id == op) return h.kind;
+  return 0;
+}
+
+uint64_t monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+}
+
+uint64_t read_clock(uint32_t clock) {
+  if (clock != kClockTsc) return monotonic_ns();
+  unsigned aux;
+  _mm_lfence();
+  uint64_t t = __rdtscp(&aux);
+  _mm_lfence();
+  return t;
+}
+
+struct Event {
+  uint64_t ts;
+  uint64_t ptr;
+  uint64_t size;
+  uint32_t stack;
+  uint16_t op;
+  uint8_t is_free;
+};
+
+struct Site {
+  uint64_t alloc_count = 0, alloc_bytes = 0, free_count = 0, free_bytes = 0;
+  uint64_t out_count = 0, out_bytes = 0, op_mask = 0;
+};
+
+struct Live {
+  uint32_t stack;
+  uint64_t size;
+};
+
+class Consumer {
+ public:
+  explicit Consumer(const std::string& path) {
+    int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open segment " + path + ": " + strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      close(fd);
+      throw std::runtime_error("cannot stat segment");
+    }
+    bytes_ = (size_t)st.st_size;
+    void* m = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    fd_ = fd;
+    if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
+    base_ = (uint8_t*)m;
+    ctl_ = (Control*)m;
+    if (ctl_->magic != kMagic || ctl_->version != kVersion ||
+        bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes))
+      throw std::runtime_error("segment has the wrong format");
+    last_ts_.assign(ctl_->nrings, 0);
+    stacks_.push_back({});  // stack id 0: none
+    stack_next_.push_back(0);
+    stack_offsets_.push_back(0);
+    sites_.push_back({});
+    clock0_ = read_clock(ctl_->clock);
+    ns0_ = monotonic_ns();
+  }
+  ~Consumer() {
+    if (base_) munmap(base_, bytes_);
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Drain every ring and apply what is safely ordered. Returns events applied.
+  size_t drain(bool final) {
+    uint64_t watermark = UINT64_MAX;
+    if (!final) {
+      watermark = read_clock(ctl_->clock);
+      if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
+        // No barrier available: only a wide margin keeps in-flight events safe; the final
+        // drain after detach is exact regardless.
+        watermark -= margin_ticks();
+      }
+    }
+    size_t staged_from = pending_.size();
+    for (uint32_t i = 0; i < ctl_->nrings; i++) {
+      RingHeader* r = ring(i);
+      bool busy = __atomic_load_n(&r->busy, __ATOMIC_ACQUIRE) != 0;
+      uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
+      parse(i, r, w);
+      if (busy && !final) watermark = std::min(watermark, last_ts_[i]);
+    }
+    auto by_ts = [](const Event& a, const Event& b) { return a.ts < b.ts; };
+    std::stable_sort(pending_.begin() + staged_from, pending_.end(), by_ts);
+    std::inplace_merge(pending_.begin(), pending_.begin() + staged_from, pending_.end(), by_ts);
+    size_t n = 0;
+    while (n < pending_.size() && (final || pending_[n].ts < watermark)) apply(pending_[n++]);
+    pending_.erase(pending_.begin(), pending_.begin() + n);
+    applied_ += n;
+    return n;
+  }
+
+  uint64_t dropped() const {
+    uint64_t d = __atomic_load_n(&ctl_->dropped_no_ring, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < ctl_->nrings; i++) d += __atomic_load_n(&ring(i)->dropped, __ATOMIC_RELAXED);
+    return d;
+  }
+
+  py::dict totals() const {
+    Site t;
+    for (const Site& s : sites_) {
+      t.alloc_count += s.alloc_count;
+      t.alloc_bytes += s.alloc_bytes;
+      t.free_count += s.free_count;
+      t.free_bytes += s.free_bytes;
+      t.out_count += s.out_count;
+      t.out_bytes += s.out_bytes;
+    }
+    py::dict d;
+    d["alloc_count"] = t.alloc_count;
+    d["alloc_bytes"] = t.alloc_bytes;
+    d["free_count"] = t.free_count;
+    d["free_bytes"] = t.free_bytes;
+    d["outstanding_count"] = t.out_count;
+    d["outstanding_bytes"] = t.out_bytes;
+    d["unknown_free_count"] = unknown_frees_;
+    d["dropped_events"] = dropped();
+    d["replaced_live_count"] = replaced_live_;
+    d["events"] = applied_;
+    d["pending_events"] = (uint64_t)pending_.size();
+    return d;
+  }
+
+  // Per-stack aggregates as numpy columns, indexed by stack id (row 0 is unused).
+  py::dict sites() const {
+    size_t n = sites_.size();
+    const char* names[] = {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
+                           "outstanding_count", "outstanding_bytes", "op_mask"};
+    uint64_t Site::*fields[] = {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count,
+                                &Site::free_bytes, &Site::out_count, &Site::out_bytes,
+                                &Site::op_mask};
+    py::dict d;
+    for (int f = 0; f < 7; f++) {
+      py::array_t<uint64_t> a(n);
+      auto v = a.mutable_unchecked<1>();
+      for (size_t i = 0; i < n; i++) v(i) = sites_[i].*fields[f];
+      d[names[f]] = a;
+    }
+    return d;
+  }
+
+  // All unique stacks: frames of stack i are frames[offsets[i]:offsets[i+1]].
+  py::tuple stacks() const {
+    py::array_t<uint64_t> offsets(stack_offsets_.size() + 1);
+    auto o = offsets.mutable_unchecked<1>();
+    for (size_t i = 0; i < stack_offsets_.size(); i++) o(i) = stack_offsets_[i];
+    o(stack_offsets_.size()) = frames_.size();
+    py::array_t<uint64_t> frames(frames_.size());
+    std::memcpy(frames.mutable_data(), frames_.data(), frames_.size() * 8);
+    return py::make_tuple(offsets, frames);
+  }
+
+  std::vector<py::tuple> late_slots() const {
+    std::vector<py::tuple> out;
+    uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl_->nlate, __ATOMIC_ACQUIRE), kMaxLateSlots);
+    for (uint32_t i = 0; i < n; i++) {
+      const LateSlot& s = ctl_->late[i];
+      out.push_back(py::make_tuple(s.addr, s.original, s.hook, s.hook_id, s.state));
+    }
+    return out;
+  }
+
+  bool started() const { return __atomic_load_n(&ctl_->started, __ATOMIC_ACQUIRE) != 0; }
+  uint64_t lib_base() const { return ctl_->lib_base; }
+
+  bool any_busy() const {
+    for (uint32_t i = 0; i < ctl_->nrings; i++)
+      if (__atomic_load_n(&ring(i)->busy, __ATOMIC_ACQUIRE)) return true;
+    return false;
+  }
+
+  // After detach: give the ring pages back (the target keeps an empty mapping).
+  void release_rings() {
+    size_t off = rings_offset();
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)(bytes_ - off));
+  }
+
+  // Nanoseconds of CLOCK_MONOTONIC for a raw event timestamp.
+  double ticks_to_ns() const {
+    if (ctl_->clock != kClockTsc) return 1.0;
+    uint64_t dt = read_clock(ctl_->clock) - clock0_, dn = monotonic_ns() - ns0_;
+    return dt ? double(dn) / double(dt) : 1.0;
+  }
+
+ private:
+  RingHeader* ring(uint32_t i) const {
+    return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
+  }
+
+  uint64_t margin_ticks() const {
+    double per_ns = 1.0 / ticks_to_ns();
+    return (uint64_t)(50e6 * per_ns);  // 50 ms
+  }
+
+  void parse(uint32_t index, RingHeader* r, uint64_t w) {
+    const uint64_t cap = ctl_->ring_bytes;
+    uint8_t* data = (uint8_t*)(r + 1);
+    uint64_t rd = r->read;
+    if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
+    while (rd < w) {
+      uint64_t pos = rd & (cap - 1);
+      Record* rec = (Record*)(data + pos);
+      if (rec->op == 0) {  // padding to the end of the ring
+        rd += cap - pos;
+        continue;
+      }
+      char kind = kind_of(rec->op);
+      size_t head = sizeof(Record) + (kind == 'R' ? sizeof(RecordRealloc) : 0);
+      uint32_t nf = std::min<uint32_t>(rec->nframes, kMaxDepth);
+      size_t len = head + 8 * (size_t)nf;
+      if (kind == 0 || pos + len > cap || rd + len > w) break;  // malformed: stop reading
+      const uint64_t* frames = (const uint64_t*)((uint8_t*)rec + head);
+      if (kind == 'F') {
+        pending_.push_back({rec->ts, rec->ptr, 0, 0, rec->op, 1});
+      } else {
+        if (kind == 'R') {
+          const RecordRealloc* x = (const RecordRealloc*)(rec + 1);
+          if (x->old) pending_.push_back({x->ts_free, x->old, 0, 0, rec->op, 1});
+        }
+        pending_.push_back({rec->ts, rec->ptr, rec->size, intern(frames, nf), rec->op, 0});
+      }
+      last_ts_[index] = std::max(last_ts_[index], rec->ts);
+      rd += len;
+    }
+    __atomic_store_n(&r->read, w, __ATOMIC_RELEASE);
+  }
+
+  static uint64_t hash_frames(const uint64_t* f, uint32_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (uint32_t i = 0; i < n; i++) {
+      h ^= f[i];
+      h *= 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    return h;
+  }
+
+  uint32_t intern(const uint64_t* f, uint32_t n) {
+    uint64_t h = hash_frames(f, n);
+    auto it = by_hash_.find(h);
+    uint32_t id = it == by_hash_.end() ? 0 : it->second;
+    for (; id; id = stack_next_[id]) {
+      const auto& s = stacks_[id];
+      if (s.second == n && std::equal(f, f + n, frames_.begin() + s.first)) return id;
+    }
+    id = (uint32_t)stacks_.size();
+    stacks_.push_back({frames_.size(), n});
+    stack_offsets_.push_back(frames_.size());
+    frames_.insert(frames_.end(), f, f + n);
+    stack_next_.push_back(it == by_hash_.end() ? 0 : it->second);
+    by_hash_[h] = id;
+    sites_.push_back({});
+    return id;
+  }
+
+  void apply(const Event& e) {
+    if (e.is_free) {
+      auto it = live_.find(e.ptr);
+      if (it == live_.end()) {
+        unknown_frees_++;
+        return;
+      }
+      Site& s = sites_[it->second.stack];
+      s.free_count++;
+      s.free_bytes += it->second.size;
+      s.out_count--;
+      s.out_bytes -= it->second.size;
+      live_.erase(it);
+      return;
+    }
+    auto [it, inserted] = live_.try_emplace(e.ptr, Live{e.stack, e.size});
+    if (!inserted) {
+      // The block's free was lost (dropped): it cannot still be outstanding.
+      Site& old = sites_[it->second.stack];
+      old.out_count--;
+      old.out_bytes -= it->second.size;
+      replaced_live_++;
+      it->second = Live{e.stack, e.size};
+    }
+    Site& s = sites_[e.stack];
+    s.alloc_count++;
+    s.alloc_bytes += e.size;
+    s.out_count++;
+    s.out_bytes += e.size;
+    s.op_mask |= uint64_t(1) << e.op;
+  }
+
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+  int fd_ = -1;
+  Control* ctl_ = nullptr;
+  std::vector<uint64_t> last_ts_;
+  std::vector<Event> pending_;
+  std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
+  std::vector<uint32_t> stack_next_;                // next stack id with the same hash
+  std::vector<uint64_t> stack_offsets_;
+  std::vector<uint64_t> frames_;
+  std::unordered_map<uint64_t, uint32_t> by_hash_;
+  std::vector<Site> sites_;
+  std::unordered_map<uint64_t, Live> live_;
+  uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0;
+  uint64_t clock0_ = 0, ns0_ = 0;
+};
+
+// Size and fill a new segment file (created by Python with O_EXCL, owner-only).
+void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
+                    uint64_t min_size, uint64_t max_size, uint64_t pid,
+                    const std::unordered_map<int, uint64_t>& real,
+                    const std::vector<uint64_t>& known) {
+  if (nrings == 0 || ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
+    throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
+  if (depth < 1 || depth > (uint32_t)kMaxDepth)
+    throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
+  size_t bytes = segment_bytes(nrings, ring_bytes);
+  if (ftruncate(fd, (off_t)bytes) != 0) throw std::runtime_error("cannot size segment");
+  void* m = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
+  Control* c = (Control*)m;
+  std::memset((void*)c, 0, sizeof(Control));
+  c->version = kVersion;
+  c->control_bytes = sizeof(Control);
+  c->nrings = nrings;
+  c->ring_bytes = ring_bytes;
+  c->depth = depth;
+  c->clock = clock;
+  c->min_size = min_size;
+  c->max_size = max_size;
+  c->target_pid = pid;
+  for (auto& [id, addr] : real)
+    if (id > 0 && id < kMaxHooks) c->real[id] = addr;
+  c->nknown = (uint32_t)std::min<size_t>(known.size(), kMaxKnownObjects);
+  for (uint32_t i = 0; i < c->nknown; i++) c->known_bases[i] = known[i];
+  __atomic_store_n(&c->magic, kMagic, __ATOMIC_RELEASE);
+  munmap(m, sizeof(Control));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "memhook native consumer: shared segment, ring draining, per-stack aggregation";
+  m.def("hooks", [] {
+    std::vector<py::tuple> out;
+    for (const HookInfo& h : kHooks)
+      out.push_back(py::make_tuple(h.id, h.symbol, h.name, std::string(1, h.kind)));
+    return out;
+  });
+  m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
+        py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
+        py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"));
+  m.def("segment_bytes", [](uint32_t nrings, uint32_t ring_bytes) {
+    return segment_bytes(nrings, ring_bytes);
+  });
+  m.attr("MAX_DEPTH") = kMaxDepth;
+  m.attr("CLOCK_TSC") = (int)kClockTsc;
+  m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
+  py::class_<Consumer>(m, "Consumer")
+      .def(py::init<const std::string&>())
+      .def("drain", &Consumer::drain, py::arg("final") = false,
+           py::call_guard<py::gil_scoped_release>())
+      .def("totals", &Consumer::totals)
+      .def("sites", &Consumer::sites)
+      .def("stacks", &Consumer::stacks)
+      .def("late_slots", &Consumer::late_slots)
+      .def("any_busy", &Consumer::any_busy)
+      .def("release_rings", &Consumer::release_rings)
+      .def("ticks_to_ns", &Consumer::ticks_to_ns)
+      .def_property_readonly("started", &Consumer::started)
+      .def_property_readonly("lib_base", &Consumer::lib_base)
+      .def_property_readonly("dropped", &Consumer::dropped);
+}

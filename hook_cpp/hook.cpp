@@ -1,0 +1,636 @@
+// The library memhook injects into the target. GOT slots of allocation functions are pointed at
+// the memhook_hook_* functions below; each calls the real function, then appends a Record to
+// this thread's ring in the shared segment.
+//
+// Rules for everything reachable from a hook: never block, never allocate through a hooked
+// path, never take a lock the target could hold, drop (and count) instead of waiting.
+// TLS is initial-exec: a dlopen'ed library's dynamic TLS would be allocated with malloc on first
+// touch, from inside the hook.
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "segment.h"
+
+using namespace memhook;
+
+extern "C" void* __libc_stack_end;  // top of the main thread's stack (exported by ld.so)
+// Exceptions (std::bad_alloc) unwind through the operator-new hooks and must reset the
+// recursion guard. The personality routine lives in libstdc++, which is loaded wherever
+// operator new is; a weak reference keeps C targets free of libstdc++.
+asm(".weak __gxx_personality_v0");
+
+namespace {
+
+enum HookId : int {
+#define HOOK(id, sym, name, kind, ret, params, args) ID_##sym = id,
+#include "hooks.def"
+#undef HOOK
+};
+
+#define HOOK(id, sym, name, kind, ret, params, args) using real_##sym##_t = ret(*) params;
+#include "hooks.def"
+#undef HOOK
+
+struct SymbolTable {
+  const char* name[kMaxHooks] = {};
+  SymbolTable() {
+#define HOOK(id, sym, name_, kind, ret, params, args) name[id] = #sym;
+#include "hooks.def"
+#undef HOOK
+  }
+};
+const SymbolTable kSymbols;
+#define kSymbol kSymbols.name
+
+// Session state, written by memhook_start while the target is stopped under GDB.
+void* g_real[kMaxHooks];
+Control* g_ctl;
+uint8_t* g_rings;
+uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
+uint64_t g_min_size, g_max_size;
+uint32_t g_generation;  // bumped on every attach: stale per-thread ring pointers re-claim
+uintptr_t g_main_stack_lo, g_main_stack_hi;
+
+struct ThreadState {
+  RingHeader* ring;
+  uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks full
+  uintptr_t stack_lo, stack_hi;
+  uint32_t generation;
+  uint32_t tid;
+  uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
+};
+__thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+struct Guard {
+  ThreadState& t;
+  explicit Guard(ThreadState& s) : t(s) { t.in_hook = 1; }
+  ~Guard() { t.in_hook = 0; }
+};
+
+#define REAL(sym) ((real_##sym##_t)g_real[ID_##sym])
+
+}  // namespace
+
+// Read by every hook; cleared by memhook on detach (through GDB) and in a forked child.
+extern "C" __attribute__((visibility("default"))) volatile int memhook_active;
+volatile int memhook_active;
+// Where the control block is mapped in the target, for memhook's detach script.
+extern "C" __attribute__((visibility("default"))) Control* volatile memhook_ctl;
+Control* volatile memhook_ctl;
+
+namespace {
+
+inline bool active() { return __atomic_load_n(&memhook_active, __ATOMIC_RELAXED) != 0; }
+
+inline uint64_t now() {
+  if (__builtin_expect(g_clock == kClockTsc, 1)) return __rdtsc();
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+}
+
+void thread_stack_bounds(ThreadState& t) {
+  if (t.tid == (uint32_t)g_ctl->target_pid) {
+    t.stack_lo = g_main_stack_lo;
+    t.stack_hi = g_main_stack_hi;
+    return;
+  }
+  t.stack_lo = t.stack_hi = 0;
+  pthread_attr_t attr;
+  // Non-main threads: glibc reads the bounds from the thread descriptor (its affinity query may
+  // realloc; that goes to the real allocator because the guard is set).
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* addr;
+    size_t size;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+      t.stack_lo = (uintptr_t)addr;
+      t.stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&attr);
+  }
+}
+
+RingHeader* ring_at(uint32_t i) {
+  return (RingHeader*)(g_rings + size_t(i) * ring_stride(g_ring_bytes));
+}
+
+bool try_take(RingHeader* r, uint32_t expected, uint32_t tid) {
+  return __atomic_compare_exchange_n(&r->owner, &expected, tid, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED);
+}
+
+// Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
+// taken over; its cursors carry on, so nothing already written is lost.
+__attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
+  t.ring = nullptr;
+  t.generation = g_generation;
+  t.tid = (uint32_t)syscall(SYS_gettid);
+  thread_stack_bounds(t);
+  RingHeader* got = nullptr;
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if ((owner == 0 || owner == t.tid) && try_take(r, owner, t.tid)) got = r;
+  }
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if (syscall(SYS_tgkill, (pid_t)g_ctl->target_pid, (pid_t)owner, 0) != 0 && errno == ESRCH &&
+        try_take(r, owner, t.tid))
+      got = r;
+  }
+  if (got) t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
+  t.ring = got;
+  return got;
+}
+
+inline RingHeader* my_ring(ThreadState& t) {
+  if (__builtin_expect(t.generation == g_generation && t.ring != nullptr, 1)) return t.ring;
+  return claim_ring(t);
+}
+
+// Space for `bytes` contiguous bytes in the ring, or nullptr (the caller drops the event).
+inline uint8_t* reserve(ThreadState& t, RingHeader* r, size_t bytes, uint64_t* out_write) {
+  const uint64_t cap = g_ring_bytes;
+  uint64_t w = r->write;
+  uint64_t pos = w & (cap - 1);
+  uint64_t pad = (pos + bytes > cap) ? cap - pos : 0;
+  if (w + pad + bytes - t.cached_read > cap) {
+    t.cached_read = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE);
+    if (w + pad + bytes - t.cached_read > cap) return nullptr;
+  }
+  uint8_t* data = (uint8_t*)(r + 1);
+  if (pad) {
+    ((Record*)(data + pos))->op = 0;  // consumer skips to the ring start
+    w += pad;
+    pos = 0;
+  }
+  *out_write = w;
+  return data + pos;
+}
+
+// Frame-pointer walk. Every frame pointer must lie on this thread's stack, above the previous
+// one and aligned, so code built without frame pointers ends the walk instead of faulting.
+inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out) {
+  uint32_t n = 0;
+  // The hook's own frame always exists: its return address is the allocation's caller.
+  out[n++] = (uint64_t)fp[1];
+  const uintptr_t lo = t.stack_lo, hi = t.stack_hi;
+  if ((uintptr_t)fp < lo || (uintptr_t)fp >= hi) return n;
+  while (n < g_depth) {
+    void** next = (void**)fp[0];
+    if ((uintptr_t)next <= (uintptr_t)fp || (uintptr_t)next > hi - 16 ||
+        ((uintptr_t)next & 7) != 0)
+      break;
+    fp = next;
+    uint64_t ret = (uint64_t)fp[1];
+    if (ret < 4096) break;
+    out[n++] = ret;
+  }
+  return n;
+}
+
+inline void publish(RingHeader* r, uint64_t end) {
+  __atomic_store_n(&r->write, end, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+}
+
+inline void begin_event(RingHeader* r) {
+  r->busy = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);  // the timestamp is read after busy is stored
+}
+
+inline void drop(RingHeader* r) {
+  r->dropped++;
+  __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+}
+
+inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_max_size; }
+
+// An allocation that returned `p`: timestamp now, backtrace from the hook frame `fp`.
+__attribute__((always_inline)) inline void record_alloc(ThreadState& t, uint16_t op, void* p,
+                                                        uint64_t size, void** fp) {
+  if (!p || !size_wanted(size)) return;
+  RingHeader* r = my_ring(t);
+  if (!r) {
+    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  begin_event(r);
+  uint64_t ts = now();
+  uint64_t w;
+  uint8_t* at = reserve(t, r, sizeof(Record) + 8 * (size_t)g_depth, &w);
+  if (!at) return drop(r);
+  Record* rec = (Record*)at;
+  uint32_t n = backtrace(t, fp, (uint64_t*)(rec + 1));
+  rec->op = op;
+  rec->nframes = (uint16_t)n;
+  rec->tid = t.tid;
+  rec->ts = ts;
+  rec->ptr = (uint64_t)p;
+  rec->size = size;
+  publish(r, w + sizeof(Record) + 8 * n);
+}
+
+// A free: the caller takes the timestamp (before the real free) via begin_free.
+inline RingHeader* begin_free(ThreadState& t, uint64_t* ts) {
+  RingHeader* r = my_ring(t);
+  if (!r) return nullptr;
+  begin_event(r);
+  *ts = now();
+  return r;
+}
+
+inline void finish_free(ThreadState& t, RingHeader* r, uint16_t op, void* p, uint64_t ts) {
+  if (!r) {
+    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  uint64_t w;
+  Record* rec = (Record*)reserve(t, r, sizeof(Record), &w);
+  if (!rec) return drop(r);
+  rec->op = op;
+  rec->nframes = 0;
+  rec->tid = t.tid;
+  rec->ts = ts;
+  rec->ptr = (uint64_t)p;
+  rec->size = 0;
+  publish(r, w + sizeof(Record));
+}
+
+// realloc-like: `old` was released at ts_free (before the call), `p` allocated after it.
+inline void finish_realloc(ThreadState& t, RingHeader* r, uint16_t op, void* old, void* p,
+                           uint64_t size, uint64_t ts_free, void** fp) {
+  if (!r) {
+    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  if (!p) {
+    // Failure leaves `old` untouched; a zero size frees it, as glibc does.
+    if (size == 0 && old) return finish_free(t, r, op, old, ts_free);
+    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+    return;
+  }
+  if (!size_wanted(size)) {
+    if (old) return finish_free(t, r, op, old, ts_free);
+    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+    return;
+  }
+  uint64_t ts = now();
+  uint64_t w;
+  const size_t head = sizeof(Record) + sizeof(RecordRealloc);
+  uint8_t* at = reserve(t, r, head + 8 * (size_t)g_depth, &w);
+  if (!at) return drop(r);
+  Record* rec = (Record*)at;
+  RecordRealloc* extra = (RecordRealloc*)(rec + 1);
+  uint32_t n = backtrace(t, fp, (uint64_t*)(at + head));
+  rec->op = op;
+  rec->nframes = (uint16_t)n;
+  rec->tid = t.tid;
+  rec->ts = ts;
+  rec->ptr = (uint64_t)p;
+  rec->size = size;
+  extra->ts_free = ts_free;
+  extra->old = (uint64_t)old;
+  publish(r, w + head + 8 * n);
+}
+
+inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }
+
+// ---- Libraries loaded after attach: the target patches their slots itself. ----
+
+struct Known {
+  uintptr_t base, lo, hi;  // load bias and mapped address range
+};
+Known g_known[kMaxKnownObjects];
+uint32_t g_nknown;
+int g_scan_lock;  // only the dlopen/dlclose hooks take it, never an allocation hook
+
+void* g_hook_fn[kMaxHooks];
+
+bool known(uintptr_t base) {
+  for (uint32_t i = 0; i < g_nknown; i++)
+    if (g_known[i].base == base) return true;
+  return false;
+}
+
+int hook_id_of(const char* name) {
+  for (int id = 1; id < kMaxHooks; id++)
+    if (kSymbol[id] && g_hook_fn[id] && strcmp(kSymbol[id], name) == 0) return id;
+  return 0;
+}
+
+void note_late_slot(uint64_t addr, uint64_t original, uint64_t hook, int id) {
+  uint32_t i = __atomic_load_n(&g_ctl->nlate, __ATOMIC_RELAXED);
+  if (i >= (uint32_t)kMaxLateSlots) return;
+  LateSlot& s = g_ctl->late[i];
+  s.addr = addr;
+  s.original = original;
+  s.hook = hook;
+  s.hook_id = (uint32_t)id;
+  __atomic_store_n(&s.state, (uint32_t)kSlotPatched, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_ctl->nlate, i + 1, __ATOMIC_RELEASE);
+}
+
+// Patch one object's slots from its dynamic section, the same relocations memhook resolves
+// with pyelftools at attach: JUMP_SLOT, GLOB_DAT and R_X86_64_64 against a hooked symbol.
+void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
+  const uintptr_t base = info->dlpi_addr;
+  const ElfW(Dyn)* dyn = nullptr;
+  uintptr_t relro_lo = 0, relro_hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph.p_vaddr);
+    if (ph.p_type == PT_GNU_RELRO) {
+      relro_lo = (base + ph.p_vaddr) & ~uintptr_t(4095);
+      relro_hi = (base + ph.p_vaddr + ph.p_memsz) & ~uintptr_t(4095);
+    }
+  }
+  if (!dyn) return;
+  // ld.so relocates these in place for most objects; an unrelocated one is an offset.
+  auto addr = [&](uintptr_t v) { return v < base ? v + base : v; };
+  const ElfW(Sym)* symtab = nullptr;
+  const char* strtab = nullptr;
+  const ElfW(Rela)*rela = nullptr, *jmprel = nullptr;
+  size_t relasz = 0, pltrelsz = 0;
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; d++) {
+    switch (d->d_tag) {
+      case DT_SYMTAB: symtab = (const ElfW(Sym)*)addr(d->d_un.d_ptr); break;
+      case DT_STRTAB: strtab = (const char*)addr(d->d_un.d_ptr); break;
+      case DT_RELA: rela = (const ElfW(Rela)*)addr(d->d_un.d_ptr); break;
+      case DT_RELASZ: relasz = d->d_un.d_val; break;
+      case DT_JMPREL: jmprel = (const ElfW(Rela)*)addr(d->d_un.d_ptr); break;
+      case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+    }
+  }
+  if (!symtab || !strtab) return;
+  const ElfW(Rela)* tables[2] = {rela, jmprel};
+  const size_t counts[2] = {relasz / sizeof(ElfW(Rela)), pltrelsz / sizeof(ElfW(Rela))};
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; tables[k] && i < counts[k]; i++) {
+      const ElfW(Rela)& r = tables[k][i];
+      uint32_t type = ELF64_R_TYPE(r.r_info);
+      if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_X86_64_64)
+        continue;
+      if (type == R_X86_64_64 && r.r_addend != 0) continue;
+      const ElfW(Sym)& s = symtab[ELF64_R_SYM(r.r_info)];
+      int id = hook_id_of(strtab + s.st_name);
+      if (!id) continue;
+      uint64_t* slot = (uint64_t*)(base + r.r_offset);
+      uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+      uint64_t hook = (uint64_t)g_hook_fn[id];
+      if (cur == hook) continue;
+      if (!g_real[id] && !(cur >= lo && cur < hi) && cur) {
+        // First sight of this function (say libstdc++ arrived with the library): a bound slot
+        // holds the real address.
+        void* expected = nullptr;
+        __atomic_compare_exchange_n(&g_real[id], &expected, (void*)cur, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+      }
+      // Only a slot still holding the real function or a lazy PLT target in this object.
+      if (!g_real[id] || !(cur == (uint64_t)g_real[id] || (cur >= lo && cur < hi))) continue;
+      uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
+      bool ro = page >= relro_lo && page < relro_hi;
+      if (ro && mprotect((void*)page, 4096, PROT_READ | PROT_WRITE) != 0) continue;
+      __atomic_store_n(slot, hook, __ATOMIC_RELEASE);
+      if (ro) mprotect((void*)page, 4096, PROT_READ);
+      note_late_slot((uint64_t)slot, cur, hook, id);
+    }
+  }
+}
+
+int scan_object(struct dl_phdr_info* info, size_t, void*) {
+  if (known(info->dlpi_addr) || g_nknown >= (uint32_t)kMaxKnownObjects) return 0;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    if (info->dlpi_addr + ph.p_vaddr < lo) lo = info->dlpi_addr + ph.p_vaddr;
+    if (info->dlpi_addr + ph.p_vaddr + ph.p_memsz > hi) hi = info->dlpi_addr + ph.p_vaddr + ph.p_memsz;
+  }
+  g_known[g_nknown++] = Known{info->dlpi_addr, lo, hi};
+  patch_object(info, lo, hi);
+  return 0;
+}
+
+struct Probe {
+  uintptr_t base;
+  bool found;
+};
+int still_loaded(struct dl_phdr_info* info, size_t, void* data) {
+  Probe* p = (Probe*)data;
+  if (info->dlpi_addr == p->base) p->found = true;
+  return 0;
+}
+
+void lock_scan() {
+  while (__atomic_exchange_n(&g_scan_lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+}
+void unlock_scan() { __atomic_store_n(&g_scan_lock, 0, __ATOMIC_RELEASE); }
+
+void rescan_loaded() {
+  lock_scan();
+  dl_iterate_phdr(scan_object, nullptr);
+  unlock_scan();
+}
+
+// After dlclose: forget objects that are gone, so their addresses are never written again.
+void forget_unloaded() {
+  lock_scan();
+  for (uint32_t i = 0; i < g_nknown;) {
+    Probe probe{g_known[i].base, false};
+    dl_iterate_phdr(still_loaded, &probe);
+    if (probe.found) {
+      i++;
+      continue;
+    }
+    uint32_t n = __atomic_load_n(&g_ctl->nlate, __ATOMIC_ACQUIRE);
+    for (uint32_t s = 0; s < n; s++) {
+      LateSlot& ls = g_ctl->late[s];
+      if (ls.addr >= g_known[i].lo && ls.addr < g_known[i].hi)
+        __atomic_store_n(&ls.state, (uint32_t)kSlotGone, __ATOMIC_RELEASE);
+    }
+    g_known[i] = g_known[--g_nknown];
+  }
+  unlock_scan();
+}
+
+void forked_child() { memhook_active = 0; }  // the child must not write into the parent's rings
+
+}  // namespace
+
+// ---- The hooks. ----
+// A: allocate, F: free, R: realloc-like, L: dynamic loader.
+
+#define PASS_THROUGH(sym, args)                                        \
+  ThreadState& t = t_state;                                            \
+  if (__builtin_expect(!active() || t.in_hook, 0)) return REAL(sym) args;
+
+#define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    Guard guard(t);                                                    \
+    ret result = REAL(sym) args;                                       \
+    record_alloc(t, ID_##sym, (result_ptr), (size_expr),               \
+                 (void**)__builtin_frame_address(0));                  \
+    return result;                                                     \
+  }
+
+#define HOOK_F(sym, ret, params, args)                                 \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    if (!p) return REAL(sym) args;                                     \
+    PASS_THROUGH(sym, args)                                            \
+    Guard guard(t);                                                    \
+    uint64_t ts = 0;                                                   \
+    RingHeader* r = begin_free(t, &ts);                                \
+    REAL(sym) args;                                                    \
+    finish_free(t, r, ID_##sym, p, ts);                                \
+  }
+
+HOOK_A(malloc, void*, (size_t n), (n), n, result)
+HOOK_A(calloc, void*, (size_t c, size_t n), (c, n), c * n, result)
+HOOK_A(aligned_alloc, void*, (size_t a, size_t n), (a, n), n, result)
+HOOK_A(memalign, void*, (size_t a, size_t n), (a, n), n, result)
+HOOK_A(valloc, void*, (size_t n), (n), n, result)
+HOOK_A(pvalloc, void*, (size_t n), (n), page_round(n), result)
+HOOK_A(posix_memalign, int, (void** out, size_t a, size_t n), (out, a, n), n,
+       result == 0 ? *out : nullptr)
+HOOK_A(_Znwm, void*, (size_t n), (n), n, result)
+HOOK_A(_Znam, void*, (size_t n), (n), n, result)
+HOOK_A(_ZnwmRKSt9nothrow_t, void*, (size_t n, const void* tag), (n, tag), n, result)
+HOOK_A(_ZnamRKSt9nothrow_t, void*, (size_t n, const void* tag), (n, tag), n, result)
+HOOK_A(_ZnwmSt11align_val_t, void*, (size_t n, size_t a), (n, a), n, result)
+HOOK_A(_ZnamSt11align_val_t, void*, (size_t n, size_t a), (n, a), n, result)
+HOOK_A(_ZnwmSt11align_val_tRKSt9nothrow_t, void*, (size_t n, size_t a, const void* tag),
+       (n, a, tag), n, result)
+HOOK_A(_ZnamSt11align_val_tRKSt9nothrow_t, void*, (size_t n, size_t a, const void* tag),
+       (n, a, tag), n, result)
+
+HOOK_F(free, void, (void* p), (p))
+HOOK_F(_ZdlPv, void, (void* p), (p))
+HOOK_F(_ZdaPv, void, (void* p), (p))
+HOOK_F(_ZdlPvm, void, (void* p, size_t n), (p, n))
+HOOK_F(_ZdaPvm, void, (void* p, size_t n), (p, n))
+HOOK_F(_ZdlPvSt11align_val_t, void, (void* p, size_t a), (p, a))
+HOOK_F(_ZdaPvSt11align_val_t, void, (void* p, size_t a), (p, a))
+HOOK_F(_ZdlPvmSt11align_val_t, void, (void* p, size_t n, size_t a), (p, n, a))
+HOOK_F(_ZdaPvmSt11align_val_t, void, (void* p, size_t n, size_t a), (p, n, a))
+HOOK_F(_ZdlPvRKSt9nothrow_t, void, (void* p, const void* tag), (p, tag))
+HOOK_F(_ZdaPvRKSt9nothrow_t, void, (void* p, const void* tag), (p, tag))
+HOOK_F(_ZdlPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void* tag),
+       (p, a, tag))
+HOOK_F(_ZdaPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void* tag),
+       (p, a, tag))
+
+#define HOOK_R(sym, params, args, size_expr)                           \
+  extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    Guard guard(t);                                                    \
+    uint64_t ts = 0;                                                   \
+    RingHeader* r = begin_free(t, &ts);                                \
+    void* result = REAL(sym) args;                                     \
+    finish_realloc(t, r, ID_##sym, p, result, (size_expr), ts,         \
+                   (void**)__builtin_frame_address(0));                \
+    return result;                                                     \
+  }
+
+HOOK_R(realloc, (void* p, size_t n), (p, n), n)
+HOOK_R(reallocarray, (void* p, size_t c, size_t n), (p, c, n), c * n)
+
+extern "C" __attribute__((visibility("default"))) void* memhook_hook_dlopen(const char* f, int m) {
+  void* h = REAL(dlopen)(f, m);
+  if (h && active()) rescan_loaded();
+  return h;
+}
+
+extern "C" __attribute__((visibility("default"))) int memhook_hook_dlclose(void* h) {
+  int rc = REAL(dlclose)(h);
+  if (active()) forget_unloaded();
+  return rc;
+}
+
+// ---- Entry points memhook calls through GDB. ----
+
+// Map the segment and arm the hooks. Runs on one target thread with GDB holding the process;
+// allocates nothing itself. Returns 0, or a negative code naming what failed.
+extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
+  int fd = open(shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(Control)) {
+    close(fd);
+    return -2;
+  }
+  void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return -3;
+  Control* c = (Control*)m;
+  if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
+      (size_t)st.st_size < segment_bytes(c->nrings, c->ring_bytes) || c->depth > kMaxDepth ||
+      c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0) {
+    munmap(m, (size_t)st.st_size);
+    return -4;
+  }
+  memhook_active = 0;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  // A previous session's segment stays mapped (a straggling hook may still hold it); memhook
+  // released its pages on detach, so only address space remains.
+  g_ctl = c;
+  memhook_ctl = c;
+  g_rings = (uint8_t*)m + rings_offset();
+  g_nrings = c->nrings;
+  g_ring_bytes = c->ring_bytes;
+  g_depth = c->depth;
+  g_clock = c->clock;
+  g_min_size = c->min_size;
+  g_max_size = c->max_size;
+  for (int id = 1; id < kMaxHooks; id++)
+    if (c->real[id]) g_real[id] = (void*)c->real[id];
+#define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = (void*)&memhook_hook_##sym;
+#include "hooks.def"
+#undef HOOK
+  uintptr_t hi = (uintptr_t)__libc_stack_end;
+  struct rlimit rl;
+  uintptr_t limit = (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                        ? rl.rlim_cur
+                        : (uintptr_t)1 << 30;
+  // Every frame of the main thread lies below __libc_stack_end (argv/envp are above it).
+  g_main_stack_hi = hi;
+  g_main_stack_lo = hi - limit;
+  g_nknown = 0;
+  for (uint32_t i = 0; i < c->nknown && i < (uint32_t)kMaxKnownObjects; i++)
+    g_known[g_nknown++] = Known{c->known_bases[i], 0, 0};
+  Dl_info self;
+  if (dladdr((void*)&memhook_start, &self)) c->lib_base = (uint64_t)self.dli_fbase;
+  static bool once;
+  if (!once) {
+    once = true;
+    pthread_atfork(nullptr, nullptr, forked_child);
+    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0);
+  }
+  g_generation++;
+  c->started = 1;
+  __atomic_store_n(&memhook_active, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+// Patch libraries that appeared between memhook's scan and its attach.
+extern "C" __attribute__((visibility("default"))) int memhook_rescan() {
+  if (!active()) return -1;
+  rescan_loaded();
+  return (int)g_ctl->nlate;
+}
