@@ -90,9 +90,10 @@ struct Live {
 
 class Consumer {
  public:
-  explicit Consumer(const std::string& path) {
-    int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("cannot open segment " + path + ": " + strerror(errno));
+  // Takes its own duplicate of `segment_fd`.
+  explicit Consumer(int segment_fd) {
+    int fd = fcntl(segment_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(std::string("cannot use segment: ") + strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
       close(fd);
@@ -410,10 +411,14 @@ PYBIND11_MODULE(_native, m) {
     return segment_bytes(nrings, ring_bytes);
   });
   m.attr("MAX_DEPTH") = kMaxDepth;
+  // Where memhook's detach script finds the late-patched slots in the target's copy.
+  m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
+  m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
+  m.attr("LATE_SLOT_BYTES") = sizeof(LateSlot);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
-      .def(py::init<const std::string&>())
+      .def(py::init<int>(), py::arg("segment_fd"))
       .def("drain", &Consumer::drain, py::arg("final") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("totals", &Consumer::totals)

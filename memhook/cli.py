@@ -1,0 +1,221 @@
+"""Command line: `memhook -p PID ...` attaches; `memhook report FILE` reports on a capture."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import time
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+class UsageError(Exception):
+    pass
+
+
+def size_arg(text: str) -> int:
+    m = SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 1024, 64K, 2MiB)")
+    return int(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower())
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return v
+
+
+def pid_arg(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid PID {text!r}: a positive number is expected")
+    return int(text)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(message)
+
+
+def attach_parser() -> Parser:
+    p = Parser(prog="memhook", description="Attach to a running process and report the call "
+               "stacks that hold unfreed memory. `memhook report FILE` reads a capture.")
+    p.add_argument("-p", "--pid", type=pid_arg, required=True, help="process to attach to")
+    p.add_argument("--duration", type=positive_float, help="detach after this many seconds")
+    p.add_argument("-o", "--output", help="write a capture file on detach")
+    p.add_argument("--min-size", type=size_arg, default=0, help="trace allocations of at least "
+                   "this many bytes")
+    p.add_argument("--max-size", type=size_arg, default=None, help="trace allocations of at most "
+                   "this many bytes")
+    p.add_argument("--depth", type=int, default=32, help="backtrace frames (default 32)")
+    p.add_argument("--interval", type=positive_float, default=5.0,
+                   help="seconds between live views (default 5)")
+    p.add_argument("--top", type=int, default=10, help="call stacks shown (default 10)")
+    p.add_argument("--no-live", action="store_true", help="no periodic view, final report only")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="final report format")
+    p.add_argument("--ring-size", type=size_arg, default=1 << 20,
+                   help="bytes per thread ring (power of two, default 1MiB)")
+    p.add_argument("--rings", type=int, default=64, help="rings (writer threads) (default 64)")
+    p.add_argument("--version", action="version", version=f"memhook {__version__}")
+    return p
+
+
+def report_parser() -> Parser:
+    p = Parser(prog="memhook report", description="Report on a capture file.")
+    p.add_argument("capture", help="capture file written by memhook -o")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", help="write the report here instead of standard output")
+    p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
+    p.add_argument("--min-size", type=size_arg, default=0)
+    p.add_argument("--max-size", type=size_arg, default=None)
+    return p
+
+
+def emit(text: str, path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text, flush=True)
+
+
+def run_report(argv: list[str]) -> int:
+    from . import capture, report
+    a = report_parser().parse_args(argv)
+    if a.top is not None and a.top < 1:
+        raise UsageError("--top must be at least 1")
+    cap = capture.read(a.capture)
+    rep = report.build(cap, min_size=a.min_size, max_size=a.max_size, top=a.top)
+    if not cap.complete:
+        print(f"memhook: warning: {a.capture} was cut off; reporting what it holds",
+              file=sys.stderr)
+    text = json.dumps(rep, indent=1) if a.format == "json" else report.render_text(
+        rep, top=a.top or 10)
+    emit(text, a.output)
+    return EXIT_OK
+
+
+def live_lines(session, symbolizer, top: int) -> list[str]:
+    from .report import human_bytes
+    import numpy as np
+    consumer = session.consumer
+    t = consumer.totals()
+    sites = consumer.sites()
+    out = sites["outstanding_bytes"]
+    offsets, frames = consumer.stacks()
+    lines = [f"[{time.strftime('%H:%M:%S')}] outstanding {human_bytes(t['outstanding_bytes'])} in "
+             f"{t['outstanding_count']} blocks; {t['alloc_count']} allocs, {t['free_count']} frees, "
+             f"{t['dropped_events']} dropped"]
+    for i in np.argsort(-out.astype(np.float64))[:top]:
+        if out[i] == 0:
+            break
+        fr = frames[offsets[i]:offsets[i + 1]]
+        where = " <- ".join((symbolizer.frame(int(x)).function or hex(int(x))) for x in fr[:3])
+        lines.append(f"  {human_bytes(int(out[i])):>10}  {where}")
+    return lines
+
+
+def run_attach(argv: list[str]) -> int:
+    from . import capture, elf, report
+    from .session import MAX_SIZE, Options, Session
+    from .symbolize import Symbolizer
+    a = attach_parser().parse_args(argv)
+    if a.top < 1:
+        raise UsageError("--top must be at least 1")
+    opts = Options(depth=a.depth, min_size=a.min_size,
+                   max_size=MAX_SIZE if a.max_size is None else a.max_size,
+                   ring_bytes=a.ring_size, rings=a.rings)
+    try:
+        opts.check()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    stop = {"reason": ""}
+
+    def on_signal(signum, _frame):
+        stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
+
+    session = Session(a.pid, opts)
+    result = session.attach()
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    late = result.get("late", 0)
+    print(f"memhook: attached to PID {a.pid} ({session.info.command}): "
+          f"{len(session.patched)} slots patched"
+          + (f", {late} in libraries loaded meanwhile" if late else "")
+          + (f", {len(session.skipped)} left alone" if session.skipped else "")
+          + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for path, why in session.skipped_objects:
+        if why != "the dynamic loader":
+            print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
+    symbolizer = Symbolizer(session.modules.values())
+    series = {k: [] for k in ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
+                              "free_count", "dropped_events")}
+    t0 = time.monotonic()
+    next_view = t0 + a.interval
+    while not stop["reason"]:
+        time.sleep(0.05)
+        session.drain()
+        now = time.monotonic()
+        if not session.target_alive():
+            stop["reason"] = "target exited"
+        elif a.duration and now - t0 >= a.duration:
+            stop["reason"] = "duration reached"
+        if now >= next_view or stop["reason"]:
+            t = session.consumer.totals()
+            series["time_s"].append(now - t0)
+            for k in list(series)[1:]:
+                series[k].append(t[k])
+            next_view = now + a.interval
+            if not a.no_live and not stop["reason"]:
+                session.modules = elf.modules(a.pid, session.modules) if session.target_alive() \
+                    else session.modules
+                symbolizer = Symbolizer(session.modules.values())
+                print("\n".join(live_lines(session, symbolizer, a.top)), flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # detaching must not be cut short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    session.detach(stop["reason"])
+    print(f"memhook: detached ({stop['reason']}): {session.restored} slots restored"
+          + (f"; target paused {session.pause_ms['detach']:.1f} ms"
+             if "detach" in session.pause_ms else ""), flush=True)
+    cap = report.capture_from_session(session, series)
+    if a.output:
+        capture.write(a.output, cap)
+        print(f"memhook: capture written to {a.output}", flush=True)
+    rep = report.build(cap, min_size=0, symbolizer=Symbolizer(session.modules.values()))
+    print(json.dumps(rep, indent=1) if a.format == "json" else report.render_text(rep, a.top),
+          flush=True)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .capture import CaptureError
+    from .procfs import TargetError
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] == "report":
+            return run_report(argv[1:])
+        return run_attach(argv)
+    except UsageError as e:
+        print(f"memhook: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (TargetError, CaptureError) as e:
+        print(f"memhook: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("memhook: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as e:
+        print(f"memhook: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
+              file=sys.stderr)
+        return EXIT_FAILED

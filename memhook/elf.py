@@ -1,0 +1,331 @@
+"""Finding the slots: every relocation, in every object loaded in the target, that stores the
+address of a hooked function (JUMP_SLOT, GLOB_DAT, R_X86_64_64), and where the real functions are.
+
+Objects come from the dynamic linker's own list (r_debug via DT_DEBUG), in its search order; each
+object's load bias is computed from its program headers and its mappings in /proc/PID/maps, and
+checked against the list. Files are read through /proc/PID/map_files, so what is parsed is the
+very file the target mapped (even if replaced on disk or in another mount namespace).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from . import hooks
+from .procfs import Mapping, Memory, TargetError, read_maps
+
+PAGE = 4096
+R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT = 1, 6, 7
+RELOC_NAMES = {R_X86_64_64: "R_X86_64_64", R_X86_64_GLOB_DAT: "GLOB_DAT",
+               R_X86_64_JUMP_SLOT: "JUMP_SLOT"}
+DT_NULL, DT_DEBUG = 0, 21
+HOOK_LIBRARY_NAME = "libmemhook_hook.so"
+
+
+@dataclass
+class Slot:
+    addr: int
+    hook_id: int
+    symbol: str
+    reloc: str
+    module: str
+
+
+@dataclass
+class LoadedObject:
+    path: str          # as the target sees it
+    file: str          # where memhook reads it
+    bias: int
+    lo: int
+    hi: int
+    build_id: str = ""
+    plt: list = field(default_factory=list)   # [(lo, hi)] of .plt/.plt.sec: lazy slots point here
+    slots: list = field(default_factory=list)
+    skip: str = ""     # why memhook leaves it alone ("" = patch it)
+    defined: dict = field(default_factory=dict)  # hooked symbol -> absolute address, if defined
+
+
+@dataclass
+class Layout:
+    objects: list
+    real: dict         # hook id -> address of the function the dynamic linker binds
+    dlopen: int        # function memhook calls to load its library
+    dlopen_mode: int   # extra mode bits that function needs
+    dlerror: int
+    hook_library_base: int  # a memhook library already loaded by an earlier attach, or 0
+    hook_library_file: str
+
+    @property
+    def slots(self) -> list:
+        return [s for o in self.objects if not o.skip for s in o.slots]
+
+
+def _open_elf(path: str):
+    f = open(path, "rb")
+    try:
+        return f, ELFFile(f)
+    except ELFError:
+        f.close()
+        raise
+
+
+def _loads(elf) -> list:
+    return [s.header for s in elf.iter_segments() if s.header.p_type == "PT_LOAD"]
+
+
+def build_id(elf) -> str:
+    for seg in elf.iter_segments():
+        if seg.header.p_type != "PT_NOTE":
+            continue
+        for note in seg.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID":
+                return note["n_desc"]
+    return ""
+
+
+def _bias_from_maps(elf, maps: list, l_ld: int) -> int | None:
+    """Load bias from a PT_LOAD header and the mapping of the same file offset, choosing the
+    mapping that puts PT_DYNAMIC where the dynamic linker says it is."""
+    dyn = [s.header for s in elf.iter_segments() if s.header.p_type == "PT_DYNAMIC"]
+    for ph in _loads(elf):
+        for m in maps:
+            if m.offset != ph.p_offset & ~(PAGE - 1):
+                continue
+            bias = m.start - (ph.p_vaddr & ~(PAGE - 1))
+            if not dyn or bias + dyn[0].p_vaddr == l_ld:
+                return bias
+    return None
+
+
+def _link_map(mem: Memory, exe_dynamic: int) -> list[tuple[int, int, str]]:
+    """(l_addr, l_ld, l_name) for every object, in the dynamic linker's order."""
+    r_debug = 0
+    addr = exe_dynamic
+    for _ in range(512):
+        tag, val = mem.u64(addr), mem.u64(addr + 8)
+        if tag == DT_NULL:
+            break
+        if tag == DT_DEBUG:
+            r_debug = val
+        addr += 16
+    if not r_debug:
+        raise TargetError("the target's dynamic linker has not published its link map "
+                          "(is it still starting up?)")
+    out = []
+    lm = mem.u64(r_debug + 8)
+    while lm and len(out) < 4096:
+        l_addr, l_name, l_ld, l_next = (mem.u64(lm + o) for o in (0, 8, 16, 24))
+        out.append((l_addr, l_ld, mem.cstring(l_name) if l_name else ""))
+        lm = l_next
+    return out
+
+
+def _map_files_path(pid: int, m: Mapping) -> str:
+    return f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"
+
+
+def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
+    """Fill obj.slots, obj.plt and obj.defined from one ELF file."""
+    for sec in elf.iter_sections():
+        if sec.name in (".plt", ".plt.sec") and sec["sh_size"]:
+            lo = obj.bias + sec["sh_addr"]
+            obj.plt.append((lo, lo + sec["sh_size"]))
+    dynsym = elf.get_section_by_name(".dynsym")
+    versym = elf.get_section_by_name(".gnu.version")
+    if dynsym is None:
+        obj.skip = "no dynamic symbol table"
+        return
+    index_of = {}  # symbol table index -> hook id
+    for i, sym in enumerate(dynsym.iter_symbols()):
+        hook_id = wanted.get(sym.name)
+        if hook_id is None:
+            continue
+        index_of[i] = hook_id
+        hidden = False
+        if versym is not None:
+            ndx = versym.get_symbol(i)["ndx"]
+            hidden = isinstance(ndx, int) and bool(ndx & 0x8000)
+        if (sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] == "STT_FUNC"
+                and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and not hidden
+                and sym.name not in obj.defined):
+            obj.defined[sym.name] = obj.bias + sym["st_value"]
+    if not index_of:
+        return
+    dynamic = next((s for s in elf.iter_sections() if s["sh_type"] == "SHT_DYNAMIC"), None)
+    if dynamic is None:
+        return
+    tags = {t.entry.d_tag: t.entry.d_val for t in dynamic.iter_tags()}
+    for start_tag, size_tag in (("DT_RELA", "DT_RELASZ"), ("DT_JMPREL", "DT_PLTRELSZ")):
+        if start_tag not in tags or not tags.get(size_tag):
+            continue
+        offset = next(elf.address_offsets(tags[start_tag]), None)
+        if offset is None:
+            continue
+        elf.stream.seek(offset)
+        raw = elf.stream.read(tags[size_tag])
+        rela = np.frombuffer(raw[:len(raw) // 24 * 24], dtype=[("offset", "<u8"), ("info", "<u8"),
+                                                               ("addend", "<i8")])
+        types = rela["info"] & 0xFFFFFFFF
+        syms = rela["info"] >> 32
+        keep = np.isin(syms, np.fromiter(index_of, dtype=np.uint64)) & (
+            (types == R_X86_64_JUMP_SLOT) | (types == R_X86_64_GLOB_DAT)
+            | ((types == R_X86_64_64) & (rela["addend"] == 0)))
+        for r, t, s in zip(rela[keep], types[keep], syms[keep]):
+            hook_id = index_of[int(s)]
+            obj.slots.append(Slot(obj.bias + int(r["offset"]), hook_id,
+                                  hooks.BY_ID[hook_id].symbol, RELOC_NAMES[int(t)], obj.path))
+
+
+def scan(pid: int, exe_path: str) -> Layout:
+    """Everything memhook needs to patch the target, read while it keeps running."""
+    maps = read_maps(pid)
+    by_inode: dict = {}
+    for m in maps:
+        if m.inode and m.path.startswith("/"):
+            by_inode.setdefault((m.path, m.inode), []).append(m)
+    exe_maps = next((ms for (p, _), ms in by_inode.items() if p == exe_path), None)
+    if not exe_maps:
+        raise TargetError(f"cannot find the executable {exe_path} in the target's mappings")
+    try:
+        f, exe = _open_elf(_map_files_path(pid, exe_maps[0]))
+    except (OSError, ELFError) as e:
+        raise TargetError(f"cannot read the target's executable: {e}") from None
+    with f:
+        if exe["e_machine"] != "EM_X86_64" or exe.elfclass != 64:
+            raise TargetError(f"unsupported target architecture {exe['e_machine']} "
+                              f"({exe.elfclass}-bit): memhook supports x86-64 only")
+        interp = next((s.get_interp_name() for s in exe.iter_segments()
+                       if s.header.p_type == "PT_INTERP"), None)
+        dyn = [s.header for s in exe.iter_segments() if s.header.p_type == "PT_DYNAMIC"]
+        if not interp or not dyn:
+            raise TargetError("the target is statically linked: it has no GOT to patch")
+        if "musl" in interp:
+            raise TargetError("the target uses musl libc; memhook supports glibc targets only")
+        exe_bias = None
+        for ph in _loads(exe):
+            m = next((m for m in exe_maps if m.offset == ph.p_offset & ~(PAGE - 1)), None)
+            if m is not None:
+                exe_bias = m.start - (ph.p_vaddr & ~(PAGE - 1))
+                break
+        if exe_bias is None:
+            raise TargetError("cannot compute the executable's load address")
+        exe_dynamic = exe_bias + dyn[0].p_vaddr
+
+    wanted = {h.symbol: h.id for h in hooks.HOOKS}
+    objects = []
+    with Memory(pid) as mem:
+        chain = _link_map(mem, exe_dynamic)
+    for l_addr, l_ld, l_name in chain:
+        home = next((m for m in maps if m.start <= l_ld < m.end), None)
+        if home is None or not home.inode:
+            continue  # the vdso, or an object whose mappings are gone
+        group = by_inode.get((home.path, home.inode), [home])
+        obj = LoadedObject(home.path, _map_files_path(pid, group[0]), l_addr,
+                           min(m.start for m in group), max(m.end for m in group))
+        objects.append(obj)
+        if os.path.basename(home.path.replace(" (deleted)", "")) == HOOK_LIBRARY_NAME:
+            obj.skip = "memhook's own library"
+            continue
+        try:
+            f, elf = _open_elf(obj.file)
+        except (OSError, ELFError) as e:
+            obj.skip = f"unreadable: {e}"
+            continue
+        with f:
+            bias = _bias_from_maps(elf, group, l_ld)
+            if bias is None or bias != l_addr:
+                obj.skip = "load address in /proc/PID/maps disagrees with the link map"
+                continue
+            obj.build_id = build_id(elf)
+            _scan_object(obj, elf, wanted)
+        if (os.path.basename(l_name) == os.path.basename(interp)
+                or os.path.basename(home.path) == os.path.basename(os.path.realpath(interp))):
+            obj.skip = "the dynamic loader"
+
+    real: dict = {}
+    for h in hooks.HOOKS:
+        for obj in objects:  # the dynamic linker's search order
+            if obj.skip == "memhook's own library":
+                continue
+            if h.symbol in obj.defined:
+                real[h.id] = obj.defined[h.symbol]
+                break
+    libc = next((o for o in objects if os.path.basename(o.path).startswith("libc.so")), None)
+    dlopen, mode = real.get(hooks.BY_SYMBOL["dlopen"].id, 0), 0
+    if not dlopen and libc is not None:
+        # glibc < 2.34 without libdl loaded: its private loader entry point.
+        dlopen, mode = _find_symbol(libc, "__libc_dlopen_mode"), 0x80000000
+    if not dlopen:
+        raise TargetError("cannot find dlopen in the target: is it linked against glibc?")
+    own = next((o for o in objects if o.skip == "memhook's own library"), None)
+    dlerror = _find_symbol(libc, "dlerror") if libc is not None else 0
+    return Layout(objects, real, dlopen, mode, dlerror, own.bias if own else 0,
+                  own.file if own else "")
+
+
+def _find_symbol(obj: LoadedObject, name: str) -> int:
+    f, elf = _open_elf(obj.file)
+    with f:
+        sec = elf.get_section_by_name(".dynsym")
+        syms = sec.get_symbol_by_name(name) if sec is not None else None
+        return obj.bias + syms[0]["st_value"] if syms else 0
+
+
+def exported_offsets(path: str) -> dict[str, int]:
+    """Offsets of memhook's hook functions and control symbols in its library."""
+    f, elf = _open_elf(path)
+    with f:
+        return {s.name: s["st_value"] for s in elf.get_section_by_name(".dynsym").iter_symbols()
+                if s.name.startswith("memhook_") and s["st_shndx"] != "SHN_UNDEF"}
+
+
+def file_build_id(path: str) -> str:
+    f, elf = _open_elf(path)
+    with f:
+        return build_id(elf)
+
+
+@dataclass
+class Module:
+    path: str
+    build_id: str
+    bias: int
+    lo: int
+    hi: int
+
+
+def modules(pid: int, known: dict | None = None) -> dict:
+    """Every ELF object mapped in the target, keyed by (lo, path); `known` entries are reused."""
+    known = dict(known or {})
+    groups: dict = {}
+    for m in read_maps(pid):
+        if m.inode and m.path.startswith("/"):
+            groups.setdefault((m.path, m.inode), []).append(m)
+    for (path, _), group in groups.items():
+        # One file mapped more than once (dlmopen) forms runs that each start at offset 0.
+        runs, cur = [], []
+        for m in sorted(group, key=lambda m: m.start):
+            if m.offset == 0 and cur:
+                runs.append(cur)
+                cur = []
+            cur.append(m)
+        runs.append(cur)
+        for run in runs:
+            key = (run[0].start, path)
+            if key in known or run[0].offset != 0:
+                continue
+            try:
+                f, elf = _open_elf(_map_files_path(pid, run[0]))
+            except (OSError, ELFError):
+                continue  # not ELF (locale archive, fonts...)
+            with f:
+                loads = _loads(elf)
+                if not loads:
+                    continue
+                bias = run[0].start - (loads[0].p_vaddr & ~(PAGE - 1))
+                known[key] = Module(path, build_id(elf), bias, run[0].start, run[-1].end)
+    return known

@@ -1,0 +1,152 @@
+# Runs inside GDB's embedded Python (not imported by memhook). memhook prepends PARAMS = {...}.
+# GDB stops every thread on attach; slots are written only while they are stopped, so no thread
+# ever reads a half-written pointer. Function calls in the target use raw addresses memhook
+# computed from the ELF files, so GDB needs no symbols at all.
+import json
+import time
+
+import gdb  # noqa: F401  (provided by GDB)
+
+INF = None
+
+
+def rd(addr, size=8):
+    return int.from_bytes(bytes(INF.read_memory(addr, size)), "little")
+
+
+def wr(addr, value, size=8):
+    INF.write_memory(addr, int(value).to_bytes(size, "little"))
+
+
+def call(signature, fn, *args):
+    expr = "((%s) %d)(%s)" % (signature, fn, ", ".join("%d" % a for a in args))
+    return int(gdb.parse_and_eval(expr))
+
+
+class Scratch:
+    """Strings for the target, written below the selected thread's stack pointer (past the red
+    zone); the stack pointer is lowered over them for the calls and put back afterwards."""
+
+    def __init__(self, *strings):
+        self.sp = int(gdb.parse_and_eval("$sp"))
+        at = (self.sp - 256 - 8192) & ~0xF
+        self.addrs = []
+        for s in strings:
+            data = s.encode() + b"\0"
+            INF.write_memory(at, data)
+            self.addrs.append(at)
+            at += (len(data) + 15) & ~0xF
+        gdb.execute("set $sp = %d" % ((self.addrs[0] - 64) & ~0xF))
+
+    def close(self):
+        gdb.execute("set $sp = %d" % self.sp)
+
+
+def patch(slots, base, out):
+    patched, skipped = [], []
+    try:
+        for addr, hook_off, real, plt in slots:
+            try:
+                cur = rd(addr)
+            except gdb.MemoryError:
+                skipped.append([addr, None])
+                continue
+            hook = base + hook_off
+            if cur == real or any(lo <= cur < hi for lo, hi in plt):
+                wr(addr, hook)
+                patched.append([addr, cur, hook])
+            else:
+                skipped.append([addr, cur])
+    except BaseException:
+        for addr, original, _ in patched:  # leave nothing half-done
+            wr(addr, original)
+        raise
+    out["patched"], out["skipped"] = patched, skipped
+
+
+def do_attach(P, out):
+    sym = P["symbols"]
+    base = P["lib_base"]
+    scratch = Scratch(P["library"], P["segment"])
+    try:
+        if not base:
+            handle = call("long(*)(long, int)", P["dlopen"], scratch.addrs[0], P["dlopen_mode"])
+            if not handle:
+                err = call("long(*)(void)", P["dlerror"]) if P["dlerror"] else 0
+                raise RuntimeError("dlopen failed in the target: %s" % (
+                    bytes(INF.read_memory(err, 512)).split(b"\0")[0].decode(errors="replace")
+                    if err else "unknown error"))
+            base = rd(handle)  # struct link_map starts with l_addr
+            if rd(base, 4) != 0x464C457F:
+                raise RuntimeError("the hook library is not where dlopen said")
+        out["lib_base"] = base
+        rc = call("int(*)(long)", base + sym["memhook_start"], scratch.addrs[1])
+        if rc != 0:
+            raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
+        try:
+            patch(P["slots"], base, out)
+            out["late"] = call("int(*)(void)", base + sym["memhook_rescan"])
+        except BaseException:
+            wr(base + sym["memhook_active"], 0, 4)
+            raise
+    finally:
+        scratch.close()
+
+
+def do_detach(P, out):
+    sym = P["symbols"]
+    base = P["lib_base"]
+    wr(base + sym["memhook_active"], 0, 4)  # every hook passes straight through from now
+    slots = [tuple(s) for s in P["slots"]]
+    ctl = rd(base + sym["memhook_ctl"])
+    if ctl:
+        nlate = min(rd(ctl + P["nlate_offset"], 4), P["max_late"])
+        for i in range(nlate):
+            at = ctl + P["late_offset"] + i * P["late_bytes"]
+            addr, original, hook, _id_state = rd(at), rd(at + 8), rd(at + 16), rd(at + 24)
+            if (_id_state >> 32) == 1:  # still patched, object still loaded
+                slots.append((addr, original, hook))
+    restored, changed = [], []
+    for addr, original, hook in slots:
+        try:
+            cur = rd(addr)
+        except gdb.MemoryError:
+            changed.append([addr, None])  # its object was unloaded
+            continue
+        if cur == hook:
+            wr(addr, original)
+            restored.append([addr, original])
+        else:
+            changed.append([addr, cur])
+    out["restored"], out["changed"] = restored, changed
+
+
+def main(P):
+    global INF
+    out = {}
+    t0 = time.monotonic()
+    try:
+        gdb.execute("attach %d" % P["pid"], to_string=True)
+    except gdb.error as e:
+        out["error"] = "gdb could not attach: %s" % e
+        return out
+    t_attached = time.monotonic()
+    INF = gdb.selected_inferior()
+    try:
+        (do_attach if P["action"] == "attach" else do_detach)(P, out)
+    except Exception as e:  # reported to memhook, which prints one line
+        out["error"] = str(e)
+    finally:
+        t_work = time.monotonic()
+        try:
+            gdb.execute("detach", to_string=True)
+        except gdb.error as e:
+            out["detach_error"] = str(e)
+        t1 = time.monotonic()
+        out["paused_ms"] = (t1 - t0) * 1000.0
+        out["attach_ms"] = (t_attached - t0) * 1000.0
+        out["work_ms"] = (t_work - t_attached) * 1000.0
+    return out
+
+
+print("MEMHOOK_RESULT " + json.dumps(main(PARAMS)))  # noqa: F821

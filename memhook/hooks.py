@@ -1,0 +1,24 @@
+"""The hooked entry points, as compiled into the hook library (hook_cpp/hooks.def)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _native
+
+
+@dataclass(frozen=True)
+class Hook:
+    id: int
+    symbol: str  # the ELF symbol whose slots are patched
+    name: str    # what reports call the operation
+    kind: str    # A allocates, F frees, R reallocates, L dynamic loader
+
+
+HOOKS = [Hook(*h) for h in _native.hooks()]
+BY_ID = {h.id: h for h in HOOKS}
+BY_SYMBOL = {h.symbol: h for h in HOOKS}
+
+
+def operation_names(mask: int) -> list[str]:
+    """The operations set in a consumer op mask (bit n = hook id n)."""
+    return [BY_ID[i].name for i in sorted(BY_ID) if mask >> i & 1]

@@ -1,0 +1,121 @@
+"""What /proc says about the target: mappings, identity, memory."""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+
+class TargetError(Exception):
+    """A problem with the target process, reported to the user as one line."""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    uid: int  # effective uid: the owner of files the target must open
+    gid: int
+    command: str
+    exe: str
+    start_ticks: int  # field 22 of /proc/PID/stat: tells a reused PID apart
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            lo, hi = parts[0].split("-")
+            path = parts[5].rstrip("\n") if len(parts) > 5 else ""
+            out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16),
+                               int(parts[4]), path))
+    return out
+
+
+def start_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    # The command name may contain spaces and parentheses: fields follow the last ')'.
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2]
+
+
+def process_info(pid: int) -> ProcessInfo:
+    try:
+        status = {}
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                status[key] = value.split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        exe = os.readlink(f"/proc/{pid}/exe")
+        ticks = start_ticks(pid)
+    except FileNotFoundError:
+        raise TargetError(f"no process with PID {pid}") from None
+    except PermissionError:
+        raise TargetError(f"not allowed to inspect PID {pid}: run memhook as root") from None
+    except OSError as e:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise TargetError(f"no process with PID {pid}") from None
+        raise TargetError(f"cannot inspect PID {pid}: {e.strerror} "
+                          "(a kernel thread has no executable to hook)") from None
+    return ProcessInfo(pid, int(status["Uid"][1]), int(status["Gid"][1]),
+                       " ".join(argv), exe, ticks)
+
+
+def alive(info: ProcessInfo) -> bool:
+    """The same process (not a reused PID) still exists and is not a zombie."""
+    try:
+        return start_ticks(info.pid) == info.start_ticks and state(info.pid) not in "ZX"
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+class Memory:
+    """Reads of the target's memory through /proc/PID/mem (reads only: writes go through GDB
+    while the target is stopped, so no thread ever sees a half-written pointer)."""
+
+    def __init__(self, pid: int):
+        self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self, addr: int, size: int) -> bytes:
+        return os.pread(self._fd, size, addr)
+
+    def u64(self, addr: int) -> int:
+        return struct.unpack("<Q", self.read(addr, 8))[0]
+
+    def cstring(self, addr: int, limit: int = 4096) -> str:
+        data = b""
+        while len(data) < limit:
+            chunk = self.read(addr + len(data), 256)
+            if not chunk:
+                break
+            if b"\0" in chunk:
+                return (data + chunk[:chunk.index(b"\0")]).decode(errors="replace")
+            data += chunk
+        return data.decode(errors="replace")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,120 @@
+"""Files the target must open: the shared-memory segment and the copy of the hook library.
+
+Both are created by root with O_EXCL under unguessable names, inside the target's own root
+(/proc/PID/root, so containers work), walking every directory with O_NOFOLLOW so that a symlink
+planted by the target's user cannot redirect the creation. The segment belongs to the target's
+effective uid, mode 0600; the library copy belongs to root, mode 0444, in a root-owned 0711
+directory: the target can read it, nobody but root can replace it.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+
+from . import _native
+from .procfs import ProcessInfo, TargetError
+
+SEGMENT_DIR = "dev/shm"
+LIBRARY_DIRS = ("tmp", "var/tmp", "dev/shm")
+
+
+def open_dir_in_root(pid: int, relative: str) -> int:
+    """An O_PATH fd for a directory inside the target's root; no component may be a symlink."""
+    fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in relative.split("/"):
+            nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class Segment:
+    """The shared segment: created and formatted here, opened by the hook library in the target."""
+
+    def __init__(self, info: ProcessInfo, *, nrings: int, ring_bytes: int, depth: int,
+                 clock: int, min_size: int, max_size: int, real: dict, known: list):
+        self.name = f"memhook-{info.pid}-{secrets.token_hex(16)}"
+        self.target_path = f"/{SEGMENT_DIR}/{self.name}"
+        try:
+            self._dir = open_dir_in_root(info.pid, SEGMENT_DIR)
+        except OSError as e:
+            raise TargetError(f"cannot use /{SEGMENT_DIR} of the target: {e.strerror}") from None
+        fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=self._dir)
+        try:
+            os.fchown(fd, info.uid, info.gid)
+            _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
+                                   info.pid, real, known)
+            self.consumer = _native.Consumer(fd)
+        except BaseException:
+            os.close(fd)
+            self.unlink()
+            raise
+        os.close(fd)
+
+    def unlink(self) -> None:
+        """Remove the name; the target's and the consumer's mappings live on."""
+        if self._dir is None:
+            return
+        try:
+            os.unlink(self.name, dir_fd=self._dir)
+        except FileNotFoundError:
+            pass
+        os.close(self._dir)
+        self._dir = None
+
+
+class LibraryCopy:
+    """The hook library, copied where the target can read it."""
+
+    def __init__(self, info: ProcessInfo, source: str):
+        self.file = os.path.basename(source)
+        self._parent = self._dir = None
+        errors = []
+        for where in LIBRARY_DIRS:
+            try:
+                self._create(info.pid, where, source)
+            except OSError as e:
+                errors.append(f"/{where}: {e.strerror}")
+                self.remove()
+                continue
+            self.target_path = f"/{where}/{self._dirname}/{self.file}"
+            return
+        raise TargetError("cannot place the hook library where the target can read it ("
+                          + "; ".join(errors) + ")")
+
+    def _create(self, pid: int, where: str, source: str) -> None:
+        self._parent = open_dir_in_root(pid, where)
+        self._dirname = f"memhook-{secrets.token_hex(16)}"
+        os.mkdir(self._dirname, 0o700, dir_fd=self._parent)
+        self._dir = os.open(self._dirname, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,
+                            dir_fd=self._parent)
+        out = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600, dir_fd=self._dir)
+        with open(source, "rb") as src, os.fdopen(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+            os.fchmod(dst.fileno(), 0o444)
+        os.chmod(self._dirname, 0o711, dir_fd=self._parent)
+
+    def remove(self) -> None:
+        """Once loaded, the file is no longer needed: the mapping keeps it alive."""
+        if self._dir is not None:
+            try:
+                os.unlink(self.file, dir_fd=self._dir)
+            except FileNotFoundError:
+                pass
+            os.close(self._dir)
+            self._dir = None
+        if self._parent is not None:
+            try:
+                os.rmdir(self._dirname, dir_fd=self._parent)
+            except FileNotFoundError:
+                pass
+            os.close(self._parent)
+            self._parent = None

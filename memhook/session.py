@@ -1,0 +1,176 @@
+"""One profiling session: attach (scan, inject, patch), drain, detach (restore, final drain)."""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+
+from . import _native, elf, procfs
+from .inject import run_agent
+from .procfs import TargetError
+from .segment import LibraryCopy, Segment
+
+RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
+MAX_SIZE = 2**64 - 1
+
+
+@dataclass
+class Options:
+    depth: int = 32
+    min_size: int = 0
+    max_size: int = MAX_SIZE
+    ring_bytes: int = 1 << 20
+    rings: int = 64
+
+    def check(self) -> None:
+        if not 1 <= self.depth <= _native.MAX_DEPTH:
+            raise ValueError(f"--depth must be between 1 and {_native.MAX_DEPTH}")
+        if self.min_size < 0 or self.max_size < 0:
+            raise ValueError("--min-size and --max-size must not be negative")
+        if self.min_size > self.max_size:
+            raise ValueError(f"--min-size ({self.min_size}) is larger than --max-size "
+                             f"({self.max_size})")
+        if self.ring_bytes < 4096 or self.ring_bytes & (self.ring_bytes - 1):
+            raise ValueError("--ring-size must be a power of two of at least 4096 bytes")
+        if not 1 <= self.rings <= 4096:
+            raise ValueError("--rings must be between 1 and 4096")
+
+
+def hook_library() -> str:
+    return str(resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME))
+
+
+def tsc_usable() -> bool:
+    """An invariant TSC orders events across CPUs; otherwise the hooks read CLOCK_MONOTONIC."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "constant_tsc" in flags and "nonstop_tsc" in flags
+
+
+@dataclass
+class Session:
+    pid: int
+    options: Options = field(default_factory=Options)
+    info: procfs.ProcessInfo | None = None
+    patched: list = field(default_factory=list)     # [addr, original, hook]
+    skipped: list = field(default_factory=list)     # [addr, value] left alone
+    skipped_objects: list = field(default_factory=list)
+    modules: dict = field(default_factory=dict)
+    pause_ms: dict = field(default_factory=dict)
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    end_reason: str = ""
+    restored: int = 0
+    not_restored: list = field(default_factory=list)
+    lib_base: int = 0
+    segment: Segment | None = None
+
+    @property
+    def consumer(self):
+        return self.segment.consumer
+
+    def attach(self) -> dict:
+        self.options.check()
+        self.info = procfs.process_info(self.pid)
+        st = procfs.state(self.pid)
+        if st in "ZX":
+            raise TargetError(f"PID {self.pid} is a zombie: it has exited and runs no code")
+        if st in "tT":
+            raise TargetError(f"PID {self.pid} is stopped (SIGSTOP or a debugger): "
+                              "resume it first (kill -CONT) or detach the other debugger")
+        layout = elf.scan(self.pid, self.info.exe)
+        library = hook_library()
+        symbols = elf.exported_offsets(library)
+        base = layout.hook_library_base
+        if base and elf.file_build_id(layout.hook_library_file) != elf.file_build_id(library):
+            base = 0  # an older memhook's library: leave it inert, load ours
+        self.skipped_objects = [(o.path, o.skip) for o in layout.objects
+                                if o.skip and o.skip != "memhook's own library"]
+        self.segment = Segment(self.info, nrings=self.options.rings,
+                               ring_bytes=self.options.ring_bytes, depth=self.options.depth,
+                               clock=_native.CLOCK_TSC if tsc_usable() else _native.CLOCK_MONOTONIC,
+                               min_size=self.options.min_size, max_size=self.options.max_size,
+                               real=layout.real, known=[o.bias for o in layout.objects])
+        copy = None if base else LibraryCopy(self.info, library)
+        plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
+        params = {
+            "action": "attach", "pid": self.pid, "lib_base": base,
+            "library": copy.target_path if copy else "", "segment": self.segment.target_path,
+            "dlopen": layout.dlopen, "dlopen_mode": RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
+            "dlerror": layout.dlerror, "symbols": symbols,
+            "slots": [[s.addr, symbols["memhook_hook_" + s.symbol], layout.real.get(s.hook_id, 0),
+                       plt[s.module]] for s in layout.slots],
+        }
+        try:
+            result = run_agent(params)
+        finally:
+            if copy:
+                copy.remove()
+            self.segment.unlink()
+        self.pause_ms["attach"] = result.get("paused_ms", 0.0)
+        if "error" in result:
+            raise TargetError(result["error"])
+        self.lib_base = result["lib_base"]
+        self.patched = result["patched"]
+        self.skipped = result["skipped"]
+        self.started_at = time.time()
+        self.modules = elf.modules(self.pid)
+        return result
+
+    def drain(self) -> int:
+        return self.consumer.drain()
+
+    def target_alive(self) -> bool:
+        return procfs.alive(self.info)
+
+    def _library_still_mapped(self) -> bool:
+        """After an exec the addresses mean something else: then nothing may be written."""
+        try:
+            return any(m.start == self.lib_base and m.offset == 0 and
+                       elf.HOOK_LIBRARY_NAME in m.path for m in procfs.read_maps(self.pid))
+        except OSError:
+            return False
+
+    def detach(self, reason: str) -> None:
+        self.end_reason = reason
+        self.ended_at = time.time()
+        if self.target_alive() and self._library_still_mapped():
+            self.modules = elf.modules(self.pid, self.modules)
+            params = {
+                "action": "detach", "pid": self.pid, "lib_base": self.lib_base,
+                "symbols": elf.exported_offsets(hook_library()),
+                "slots": self.patched, "nlate_offset": _native.CONTROL_NLATE_OFFSET,
+                "late_offset": _native.CONTROL_LATE_OFFSET,
+                "late_bytes": _native.LATE_SLOT_BYTES, "max_late": 4096,
+            }
+            result = run_agent(params)
+            self.pause_ms["detach"] = result.get("paused_ms", 0.0)
+            if "error" in result:
+                raise TargetError(result["error"])
+            self.restored = len(result["restored"])
+            self.not_restored = result["changed"]
+        # Hooks already inside the real function finish their record, then the rest is exact.
+        deadline = time.monotonic() + 1.0
+        while self.consumer.any_busy() and time.monotonic() < deadline and self.target_alive():
+            time.sleep(0.001)
+        self.consumer.drain(final=True)
+        self.consumer.release_rings()
+
+    def metadata(self) -> dict:
+        from . import __version__
+        return {
+            "pid": self.pid, "command": self.info.command, "exe": self.info.exe,
+            "host": socket.gethostname(), "memhook_version": __version__,
+            "started_at": self.started_at, "ended_at": self.ended_at,
+            "duration_s": round(self.ended_at - self.started_at, 3),
+            "end_reason": self.end_reason, "depth": self.options.depth,
+            "min_size": self.options.min_size, "max_size": self.options.max_size,
+            "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),
+            "slots_restored": self.restored, "pause_ms": self.pause_ms,
+            "skipped_objects": self.skipped_objects,
+        }
+
