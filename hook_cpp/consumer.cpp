@@ -48,12 +48,6 @@ const HookInfo kHooks[] = {
 #undef HOOK
 };
 
-char kind_of(int op) {
-  for (const HookInfo& h : kHooks)
-    if (h.id == op) return h.kind;
-  return 0;
-}
-
 uint64_t monotonic_ns() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -260,20 +254,19 @@ class Consumer {
     while (rd < w) {
       uint64_t pos = rd & (cap - 1);
       Record* rec = (Record*)(data + pos);
-      if (rec->op == 0) {  // padding to the end of the ring
+      if (rec->kind == kPadding) {
         rd += cap - pos;
         continue;
       }
-      char kind = kind_of(rec->op);
-      size_t head = sizeof(Record) + (kind == 'R' ? sizeof(RecordRealloc) : 0);
+      size_t head = sizeof(Record) + (rec->kind == kRealloc ? sizeof(RecordRealloc) : 0);
       uint32_t nf = std::min<uint32_t>(rec->nframes, kMaxDepth);
       size_t len = head + 8 * (size_t)nf;
-      if (kind == 0 || pos + len > cap || rd + len > w) break;  // malformed: stop reading
+      if (rec->kind > kRealloc || pos + len > cap || rd + len > w) break;  // malformed: stop
       const uint64_t* frames = (const uint64_t*)((uint8_t*)rec + head);
-      if (kind == 'F') {
+      if (rec->kind == kFree) {
         pending_.push_back({rec->ts, rec->ptr, 0, 0, rec->op, 1});
       } else {
-        if (kind == 'R') {
+        if (rec->kind == kRealloc) {
           const RecordRealloc* x = (const RecordRealloc*)(rec + 1);
           if (x->old) pending_.push_back({x->ts_free, x->old, 0, 0, rec->op, 1});
         }

@@ -175,7 +175,7 @@ inline uint8_t* reserve(ThreadState& t, RingHeader* r, size_t bytes, uint64_t* o
   }
   uint8_t* data = (uint8_t*)(r + 1);
   if (pad) {
-    ((Record*)(data + pos))->op = 0;  // consumer skips to the ring start
+    ((Record*)(data + pos))->kind = kPadding;
     w += pad;
     pos = 0;
   }
@@ -237,7 +237,8 @@ __attribute__((always_inline)) inline void record_alloc(ThreadState& t, uint16_t
   if (!at) return drop(r);
   Record* rec = (Record*)at;
   uint32_t n = backtrace(t, fp, (uint64_t*)(rec + 1));
-  rec->op = op;
+  rec->kind = kAlloc;
+  rec->op = (uint8_t)op;
   rec->nframes = (uint16_t)n;
   rec->tid = t.tid;
   rec->ts = ts;
@@ -263,7 +264,8 @@ inline void finish_free(ThreadState& t, RingHeader* r, uint16_t op, void* p, uin
   uint64_t w;
   Record* rec = (Record*)reserve(t, r, sizeof(Record), &w);
   if (!rec) return drop(r);
-  rec->op = op;
+  rec->kind = kFree;
+  rec->op = (uint8_t)op;
   rec->nframes = 0;
   rec->tid = t.tid;
   rec->ts = ts;
@@ -298,7 +300,8 @@ inline void finish_realloc(ThreadState& t, RingHeader* r, uint16_t op, void* old
   Record* rec = (Record*)at;
   RecordRealloc* extra = (RecordRealloc*)(rec + 1);
   uint32_t n = backtrace(t, fp, (uint64_t*)(at + head));
-  rec->op = op;
+  rec->kind = kRealloc;
+  rec->op = (uint8_t)op;
   rec->nframes = (uint16_t)n;
   rec->tid = t.tid;
   rec->ts = ts;
@@ -344,6 +347,16 @@ void note_late_slot(uint64_t addr, uint64_t original, uint64_t hook, int id) {
   s.hook_id = (uint32_t)id;
   __atomic_store_n(&s.state, (uint32_t)kSlotPatched, __ATOMIC_RELEASE);
   __atomic_store_n(&g_ctl->nlate, i + 1, __ATOMIC_RELEASE);
+}
+
+// What the dynamic linker would bind `symbol` to for this object. These calls go through the
+// hook library's own (never patched) slots.
+void* resolve_in_scope(const char* object, const char* symbol) {
+  void* h = dlopen(object && object[0] ? object : nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return nullptr;
+  void* f = dlsym(h, symbol);
+  dlclose(h);
+  return f;
 }
 
 // Patch one object's slots from its dynamic section, the same relocations memhook resolves
@@ -394,12 +407,15 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
       uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
       uint64_t hook = (uint64_t)g_hook_fn[id];
       if (cur == hook) continue;
-      if (!g_real[id] && !(cur >= lo && cur < hi) && cur) {
+      if (!g_real[id]) {
         // First sight of this function (say libstdc++ arrived with the library): a bound slot
-        // holds the real address.
+        // holds the real address; a lazy one is resolved in the object's own lookup scope.
+        void* found = (cur >= lo && cur < hi) ? resolve_in_scope(info->dlpi_name, kSymbol[id])
+                                              : (void*)cur;
         void* expected = nullptr;
-        __atomic_compare_exchange_n(&g_real[id], &expected, (void*)cur, false, __ATOMIC_RELEASE,
-                                    __ATOMIC_RELAXED);
+        if (found)
+          __atomic_compare_exchange_n(&g_real[id], &expected, found, false, __ATOMIC_RELEASE,
+                                      __ATOMIC_RELAXED);
       }
       // Only a slot still holding the real function or a lazy PLT target in this object.
       if (!g_real[id] || !(cur == (uint64_t)g_real[id] || (cur >= lo && cur < hi))) continue;
@@ -615,7 +631,11 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   for (uint32_t i = 0; i < c->nknown && i < (uint32_t)kMaxKnownObjects; i++)
     g_known[g_nknown++] = Known{c->known_bases[i], 0, 0};
   Dl_info self;
-  if (dladdr((void*)&memhook_start, &self)) c->lib_base = (uint64_t)self.dli_fbase;
+  if (dladdr((void*)&memhook_start, &self)) {
+    c->lib_base = (uint64_t)self.dli_fbase;
+    // Never patch ourselves: our own dlopen slot must reach the real dlopen.
+    if (g_nknown < (uint32_t)kMaxKnownObjects) g_known[g_nknown++] = Known{c->lib_base, 0, 0};
+  }
   static bool once;
   if (!once) {
     once = true;

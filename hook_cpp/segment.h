@@ -68,10 +68,13 @@ struct alignas(64) RingHeader {
   uint8_t pad2[56];
 };
 
-// One event. Records are 8-byte aligned and variable-length: header, then for realloc-like
-// events a RecordRealloc, then `nframes` return addresses. op == 0 marks padding to the ring end.
+enum EventKind : uint8_t { kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3 };
+
+// One event. Records are 8-byte aligned and variable-length: header, then for kRealloc a
+// RecordRealloc, then `nframes` return addresses. kind == kPadding: skip to the ring's start.
 struct Record {
-  uint16_t op;       // hook id
+  uint8_t kind;      // EventKind: decides the layout
+  uint8_t op;        // hook id: what the target called
   uint16_t nframes;
   uint32_t tid;
   uint64_t ts;       // after an allocation returned / before a free began

@@ -1,0 +1,29 @@
+/* Test targets are command loops on stdin: they print "ready PID", then for each command line
+ * do some work and print "done"; "exit" ends them with status 0 (or 1 if they found their own
+ * data corrupted). Everything they allocate is known, so reports can be checked to the byte. */
+#ifndef MEMHOOK_TEST_HARNESS_H
+#define MEMHOOK_TEST_HARNESS_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static void harness_ready(void) {
+  printf("ready %d\n", (int)getpid());
+  fflush(stdout);
+}
+
+/* Next command into buf (newline stripped); 0 at end of input or on "exit". */
+static int harness_next(char* buf, int n) {
+  if (!fgets(buf, n, stdin)) return 0;
+  buf[strcspn(buf, "\n")] = 0;
+  return strcmp(buf, "exit") != 0;
+}
+
+static void harness_done(void) {
+  printf("done\n");
+  fflush(stdout);
+}
+#endif
