@@ -10,6 +10,7 @@
 // after detach applies everything.
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -22,7 +23,11 @@
 #include <x86intrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -77,9 +82,80 @@ struct Site {
   uint64_t out_count = 0, out_bytes = 0, op_mask = 0;
 };
 
-struct Live {
-  uint32_t stack;
-  uint64_t size;
+// Live blocks by address: open addressing, linear probing, backward-shift deletion (no
+// tombstones). Addresses are never 0, so key 0 marks an empty slot.
+class LiveMap {
+ public:
+  struct Slot {
+    uint64_t key;
+    uint64_t size;
+    uint32_t stack;
+  };
+
+  LiveMap() { resize(1 << 16); }
+
+  Slot* find(uint64_t key) {
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return &slots_[i];
+      if (!slots_[i].key) return nullptr;
+    }
+  }
+
+  // The slot for `key`, created empty (size 0, stack 0) if absent; `inserted` tells which.
+  Slot* insert(uint64_t key, bool* inserted) {
+    if ((count_ + 1) * 2 > slots_.size()) resize(slots_.size() * 2);
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) {
+        *inserted = false;
+        return &slots_[i];
+      }
+      if (!slots_[i].key) {
+        slots_[i] = Slot{key, 0, 0};
+        count_++;
+        *inserted = true;
+        return &slots_[i];
+      }
+    }
+  }
+
+  void erase(Slot* s) {
+    size_t i = s - slots_.data();
+    for (size_t j = (i + 1) & mask_; slots_[j].key; j = (j + 1) & mask_) {
+      size_t home = hash(slots_[j].key) & mask_;
+      // Slot j may move back to i unless its home lies cyclically in (i, j].
+      bool stays = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+      if (!stays) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = 0;
+    count_--;
+  }
+
+  size_t size() const { return count_; }
+
+ private:
+  static size_t hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return (size_t)k;
+  }
+
+  void resize(size_t n) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(n, Slot{0, 0, 0});
+    mask_ = n - 1;
+    count_ = 0;
+    bool inserted;
+    for (const Slot& s : old)
+      if (s.key) *insert(s.key, &inserted) = s;
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, count_ = 0;
 };
 
 class Consumer {
@@ -111,12 +187,44 @@ class Consumer {
     ns0_ = monotonic_ns();
   }
   ~Consumer() {
+    stop();
     if (base_) munmap(base_, bytes_);
     if (fd_ >= 0) close(fd_);
   }
 
-  // Drain every ring and apply what is safely ordered. Returns events applied.
+  // Drain continuously on a native thread: every `busy_us` while events arrive, `idle_us`
+  // otherwise. Python only reads the aggregates.
+  void start(int busy_us, int idle_us) {
+    if (thread_.joinable()) return;
+    running_ = true;
+    thread_ = std::thread([this, busy_us, idle_us] {
+      while (running_.load(std::memory_order_relaxed)) {
+        uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);
+        size_t n = drain(false);
+        int us = n ? busy_us : idle_us;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+        // Woken early by a writer whose ring passed half full.
+        syscall(SYS_futex, &ctl_->wake, FUTEX_WAIT, seen, &ts, nullptr, 0);
+      }
+    });
+  }
+
+  void stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Drain every ring and apply what is safely ordered. Returns events read from the rings.
   size_t drain(bool final) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t t0 = monotonic_ns();
+    size_t n = drain_locked(final);
+    busy_ns_ += monotonic_ns() - t0;
+    parsed_ += n;
+    return n;
+  }
+
+  size_t drain_locked(bool final) {
     uint64_t watermark = UINT64_MAX;
     if (!final) {
       watermark = read_clock(ctl_->clock);
@@ -126,31 +234,37 @@ class Consumer {
         watermark -= margin_ticks();
       }
     }
-    size_t staged_from = pending_.size();
+    // Each ring's batch is already in timestamp order: merge batches instead of sorting.
+    auto by_ts = [](const Event& a, const Event& b) { return a.ts < b.ts; };
+    const size_t staged_from = pending_.size();
     for (uint32_t i = 0; i < ctl_->nrings; i++) {
       RingHeader* r = ring(i);
       bool busy = __atomic_load_n(&r->busy, __ATOMIC_ACQUIRE) != 0;
       uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
+      size_t batch = pending_.size();
       parse(i, r, w);
+      if (!std::is_sorted(pending_.begin() + batch, pending_.end(), by_ts))
+        std::stable_sort(pending_.begin() + batch, pending_.end(), by_ts);  // TSC went back
+      std::inplace_merge(pending_.begin(), pending_.begin() + batch, pending_.end(), by_ts);
       if (busy && !final) watermark = std::min(watermark, last_ts_[i]);
     }
-    auto by_ts = [](const Event& a, const Event& b) { return a.ts < b.ts; };
-    std::stable_sort(pending_.begin() + staged_from, pending_.end(), by_ts);
-    std::inplace_merge(pending_.begin(), pending_.begin() + staged_from, pending_.end(), by_ts);
+    const size_t parsed = pending_.size() - staged_from;
     size_t n = 0;
     while (n < pending_.size() && (final || pending_[n].ts < watermark)) apply(pending_[n++]);
     pending_.erase(pending_.begin(), pending_.begin() + n);
     applied_ += n;
-    return n;
+    return parsed;
   }
 
   uint64_t dropped() const {
+    if (released_) return dropped_at_release_;
     uint64_t d = __atomic_load_n(&ctl_->dropped_no_ring, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < ctl_->nrings; i++) d += __atomic_load_n(&ring(i)->dropped, __ATOMIC_RELAXED);
     return d;
   }
 
   py::dict totals() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     Site t;
     for (const Site& s : sites_) {
       t.alloc_count += s.alloc_count;
@@ -172,11 +286,14 @@ class Consumer {
     d["replaced_live_count"] = replaced_live_;
     d["events"] = applied_;
     d["pending_events"] = (uint64_t)pending_.size();
+    d["consumer_busy_ns"] = busy_ns_;
+    d["parsed_events"] = parsed_;
     return d;
   }
 
   // Per-stack aggregates as numpy columns, indexed by stack id (row 0 is unused).
   py::dict sites() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     size_t n = sites_.size();
     const char* names[] = {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
                            "outstanding_count", "outstanding_bytes", "op_mask"};
@@ -195,6 +312,7 @@ class Consumer {
 
   // All unique stacks: frames of stack i are frames[offsets[i]:offsets[i+1]].
   py::tuple stacks() const {
+    std::lock_guard<std::mutex> lock(mutex_);
     py::array_t<uint64_t> offsets(stack_offsets_.size() + 1);
     auto o = offsets.mutable_unchecked<1>();
     for (size_t i = 0; i < stack_offsets_.size(); i++) o(i) = stack_offsets_[i];
@@ -225,6 +343,10 @@ class Consumer {
 
   // After detach: give the ring pages back (the target keeps an empty mapping).
   void release_rings() {
+    stop();
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped_at_release_ = dropped();  // the counters live in the pages released below
+    released_ = true;
     size_t off = rings_offset();
     fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)(bytes_ - off));
   }
@@ -308,28 +430,30 @@ class Consumer {
 
   void apply(const Event& e) {
     if (e.is_free) {
-      auto it = live_.find(e.ptr);
-      if (it == live_.end()) {
+      LiveMap::Slot* b = live_.find(e.ptr);
+      if (!b) {
         unknown_frees_++;
         return;
       }
-      Site& s = sites_[it->second.stack];
+      Site& s = sites_[b->stack];
       s.free_count++;
-      s.free_bytes += it->second.size;
+      s.free_bytes += b->size;
       s.out_count--;
-      s.out_bytes -= it->second.size;
-      live_.erase(it);
+      s.out_bytes -= b->size;
+      live_.erase(b);
       return;
     }
-    auto [it, inserted] = live_.try_emplace(e.ptr, Live{e.stack, e.size});
+    bool inserted;
+    LiveMap::Slot* b = live_.insert(e.ptr, &inserted);
     if (!inserted) {
       // The block's free was lost (dropped): it cannot still be outstanding.
-      Site& old = sites_[it->second.stack];
+      Site& old = sites_[b->stack];
       old.out_count--;
-      old.out_bytes -= it->second.size;
+      old.out_bytes -= b->size;
       replaced_live_++;
-      it->second = Live{e.stack, e.size};
     }
+    b->stack = e.stack;
+    b->size = e.size;
     Site& s = sites_[e.stack];
     s.alloc_count++;
     s.alloc_bytes += e.size;
@@ -350,9 +474,14 @@ class Consumer {
   std::vector<uint64_t> frames_;
   std::unordered_map<uint64_t, uint32_t> by_hash_;
   std::vector<Site> sites_;
-  std::unordered_map<uint64_t, Live> live_;
-  uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0;
+  LiveMap live_;
+  uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0, busy_ns_ = 0, parsed_ = 0;
   uint64_t clock0_ = 0, ns0_ = 0;
+  mutable std::mutex mutex_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  bool released_ = false;
+  uint64_t dropped_at_release_ = 0;
 };
 
 // Size and fill a new segment file (created by Python with O_EXCL, owner-only).
@@ -414,12 +543,14 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<int>(), py::arg("segment_fd"))
       .def("drain", &Consumer::drain, py::arg("final") = false,
            py::call_guard<py::gil_scoped_release>())
+      .def("start", &Consumer::start, py::arg("busy_us") = 1000, py::arg("idle_us") = 10000)
+      .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
       .def("totals", &Consumer::totals)
       .def("sites", &Consumer::sites)
       .def("stacks", &Consumer::stacks)
       .def("late_slots", &Consumer::late_slots)
       .def("any_busy", &Consumer::any_busy)
-      .def("release_rings", &Consumer::release_rings)
+      .def("release_rings", &Consumer::release_rings, py::call_guard<py::gil_scoped_release>())
       .def("ticks_to_ns", &Consumer::ticks_to_ns)
       .def_property_readonly("started", &Consumer::started)
       .def_property_readonly("lib_base", &Consumer::lib_base)

@@ -47,6 +47,10 @@ struct alignas(64) Control {
   uint32_t pad0;
   uint64_t known_bases[kMaxKnownObjects];  // objects memhook handled (or skips) at attach
 
+  // Futex word: a writer whose ring passes half full bumps it and wakes the consumer.
+  alignas(64) uint32_t wake;
+  uint32_t pad1;
+
   // Written by the target.
   alignas(64) uint64_t lib_base;  // load bias of the hook library
   uint32_t started;

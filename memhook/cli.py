@@ -63,8 +63,8 @@ def attach_parser() -> Parser:
     p.add_argument("--no-live", action="store_true", help="no periodic view, final report only")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="final report format")
-    p.add_argument("--ring-size", type=size_arg, default=1 << 20,
-                   help="bytes per thread ring (power of two, default 1MiB)")
+    p.add_argument("--ring-size", type=size_arg, default=4 << 20,
+                   help="bytes per thread ring (power of two, default 4MiB)")
     p.add_argument("--rings", type=int, default=64, help="rings (writer threads) (default 64)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
     return p
@@ -165,7 +165,6 @@ def run_attach(argv: list[str]) -> int:
     next_view = t0 + a.interval
     while not stop["reason"]:
         time.sleep(0.05)
-        session.drain()
         now = time.monotonic()
         if not session.target_alive():
             stop["reason"] = "target exited"

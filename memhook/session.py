@@ -20,7 +20,7 @@ class Options:
     depth: int = 32
     min_size: int = 0
     max_size: int = MAX_SIZE
-    ring_bytes: int = 1 << 20
+    ring_bytes: int = 4 << 20
     rings: int = 64
 
     def check(self) -> None:
@@ -118,11 +118,9 @@ class Session:
         self.patched = result["patched"]
         self.skipped = result["skipped"]
         self.started_at = time.time()
+        self.consumer.start()
         self.modules = elf.modules(self.pid)
         return result
-
-    def drain(self) -> int:
-        return self.consumer.drain()
 
     def target_alive(self) -> bool:
         return procfs.alive(self.info)
@@ -157,6 +155,7 @@ class Session:
         deadline = time.monotonic() + 1.0
         while self.consumer.any_busy() and time.monotonic() < deadline and self.target_alive():
             time.sleep(0.001)
+        self.consumer.stop()
         self.consumer.drain(final=True)
         self.consumer.release_rings()
 

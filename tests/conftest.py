@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,31 @@ def build(tmp_path: Path, source: str, *, name: str | None = None, flags=(), lib
     return out
 
 
+class Lines:
+    """Lines of a child's output, read on a thread so that waiting can time out."""
+
+    def __init__(self, stream):
+        self._q: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self._q.put(line)
+        self._q.put(None)
+
+    def expect(self, word: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line with {word!r} within {timeout} s") from None
+            if line is None:
+                raise AssertionError(f"output ended while waiting for {word!r}")
+            if word in line:
+                return line
+
+
 class Target:
     """A command-driven test target (tests/targets/harness.h)."""
 
@@ -34,6 +60,7 @@ class Target:
         self.proc = subprocess.Popen([str(exe), *map(str, args)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
                                      cwd=cwd or exe.parent)
+        self.lines = Lines(self.proc.stdout)
         self.expect("ready")
 
     @property
@@ -41,21 +68,20 @@ class Target:
         return self.proc.pid
 
     def expect(self, word: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise AssertionError(f"target exited ({self.proc.wait()}) waiting for {word}")
-                if line.startswith(word):
-                    return line
-        raise AssertionError(f"target did not say {word!r} within {timeout} s")
+        return self.lines.expect(word, timeout)
 
     def command(self, cmd: str) -> None:
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
         self.expect("done")
+
+    def ask(self, cmd: str, answer: str) -> str:
+        """Send `cmd`; return its line starting with `answer`."""
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        line = self.expect(answer).strip()
+        self.expect("done")
+        return line
 
     def finish(self) -> int:
         self.proc.stdin.write("exit\n")
@@ -86,21 +112,12 @@ class Memhook:
                                                  *args),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      cwd="/")
-        self.attached_line = self._wait_attached()
-
-    def _wait_attached(self, timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                line = self.proc.stdout.readline()
-                if "attached" in line:
-                    return line
-                if not line:
-                    break
-        self.proc.kill()
-        _, err = self.proc.communicate()
-        raise AssertionError(f"memhook did not attach: {err.strip()}")
+        self.lines = Lines(self.proc.stdout)
+        try:
+            self.attached_line = self.lines.expect("attached", timeout=120)
+        except AssertionError:
+            self.proc.kill()
+            raise AssertionError(f"memhook did not attach: {self.proc.stderr.read().strip()}")
 
     def stop(self) -> dict:
         """SIGINT, as an operator's Ctrl-C; returns the JSON report of the capture."""
@@ -108,8 +125,9 @@ class Memhook:
         return self.wait()
 
     def wait(self, timeout: float = 120) -> dict:
-        out, err = self.proc.communicate(timeout=timeout)
-        self.stdout, self.stderr = out, err
+        self.proc.wait(timeout=timeout)
+        err = self.proc.stderr.read()
+        self.stderr = err
         assert self.proc.returncode == 0, f"memhook failed ({self.proc.returncode}): {err}"
         assert "Traceback" not in err
         rep = run_memhook("report", self.capture, "--format", "json")

@@ -1,0 +1,44 @@
+/* A C program (no libstdc++) for the life of a session: blocks allocated before attach and
+ * freed after, a size sweep for the filter, and a C++ plugin dlopen'ed (lazily bound) and
+ * dlclose'd while attached. argv[1] is the plugin's path. */
+#include <dlfcn.h>
+#include "harness.h"
+
+#define EARLY 50
+static void* early[EARLY];
+static void* plugin;
+
+NOINLINE static void early_alloc(void) { for (int i = 0; i < EARLY; i++) early[i] = malloc(64); }
+NOINLINE static void early_free(void) { for (int i = 0; i < EARLY; i++) free(early[i]); }
+NOINLINE static void late_leak(void) { for (int i = 0; i < 7; i++) memset(malloc(99), 1, 99); }
+NOINLINE static void sized_allocs(void) {
+  static const size_t sizes[] = {100, 1023, 1024, 5000, 65536, 65537, 1 << 20};
+  for (int r = 0; r < 3; r++)
+    for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++) memset(malloc(sizes[i]), 1, 1);
+}
+NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
+
+int main(int argc, char** argv) {
+  char cmd[64];
+  harness_ready();
+  while (harness_next(cmd, sizeof cmd)) {
+    if (!strcmp(cmd, "early")) early_alloc();
+    else if (!strcmp(cmd, "go")) { early_free(); late_leak(); }
+    else if (!strcmp(cmd, "sizes")) sized_allocs();
+    else if (!strcmp(cmd, "second")) second_leak();
+    else if (!strcmp(cmd, "load")) {
+      plugin = dlopen(argv[1], RTLD_LAZY);
+      if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+      ((void (*)(void))dlsym(plugin, "plugin_work"))();
+    } else if (!strcmp(cmd, "unload")) dlclose(plugin);
+    else if (!strcmp(cmd, "stdcxx")) {
+      FILE* f = fopen("/proc/self/maps", "r");
+      char line[512]; int found = 0;
+      while (fgets(line, sizeof line, f)) found |= strstr(line, "libstdc++") != 0;
+      fclose(f);
+      printf("stdcxx %d\n", found);
+    }
+    harness_done();
+  }
+  return 0;
+}

@@ -1,0 +1,106 @@
+"""A session's life: threads, blocks from before attach, libraries loaded and unloaded while
+attached, the size filter, detach and attach again."""
+import subprocess
+
+from conftest import TARGETS, Memhook, build, site
+from memhook.procfs import read_maps
+
+WORKERS, ITERS, LEAKS = 4, 20000, 100
+
+
+def test_threads_and_cross_thread_frees(tmp_path, targets):
+    target = targets(build(tmp_path, "threads.c"))
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    report = mh.stop()
+    leak = site(report, "thread_leak")
+    assert leak["outstanding_count"] == WORKERS * LEAKS
+    assert leak["outstanding_bytes"] == sum(LEAKS * (1000 + w) for w in range(WORKERS))
+    churn = site(report, "churn_alloc")
+    assert churn["alloc_count"] == WORKERS * ITERS
+    assert churn["alloc_bytes"] == WORKERS * sum(16 + i % 64 for i in range(ITERS))
+    assert churn["free_count"] == WORKERS * ITERS  # half of them freed by another thread
+    assert churn["outstanding_bytes"] == 0
+    t = report["totals"]
+    assert t["outstanding_bytes"] == leak["outstanding_bytes"]
+    assert t["unknown_free_count"] == 0 and t["dropped_events"] == 0
+    assert target.finish() == 0  # exit status 0: no block was corrupted
+
+
+def lifecycle(tmp_path, targets):
+    plugin = tmp_path / "libplugin.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-g", "-O0", "-fno-omit-frame-pointer",
+                    str(TARGETS / "plugin.cpp"), "-o", str(plugin)],
+                   check=True)
+    return targets(build(tmp_path, "lifecycle.c"), plugin), plugin
+
+
+def test_allocated_before_attach_freed_after(tmp_path, targets):
+    target, _ = lifecycle(tmp_path, targets)
+    target.command("early")
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    report = mh.stop()
+    t = report["totals"]
+    assert t["unknown_free_count"] == 50  # freed, but allocated before memhook was there
+    assert (t["alloc_count"], t["outstanding_bytes"]) == (7, 7 * 99)
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert target.finish() == 0
+
+
+def test_library_loaded_after_attach(tmp_path, targets):
+    target, plugin = lifecycle(tmp_path, targets)
+    relocs = subprocess.run(["readelf", "-rW", str(plugin)], capture_output=True,
+                            text=True).stdout
+    assert any("R_X86_64_64" in line and " malloc" in line for line in relocs.splitlines())
+    mh = Memhook(target.pid, tmp_path)
+    assert target.ask("stdcxx", "stdcxx") == "stdcxx 0"  # C target: no libstdc++
+    target.command("load")
+    report = mh.stop()
+    assert site(report, "plugin_leak_new")["outstanding_bytes"] == 8 * 777
+    assert site(report, "plugin_leak_new")["operations"] == ["operator new"]
+    assert site(report, "plugin_leak_malloc")["outstanding_bytes"] == 12 * 555
+    assert site(report, "plugin_leak_table")["outstanding_bytes"] == 5 * 333
+    assert report["totals"]["outstanding_bytes"] == 8 * 777 + 12 * 555 + 5 * 333
+    target.command("go")  # the target keeps working after detach
+    assert target.finish() == 0
+
+
+def test_library_unloaded_while_attached(tmp_path, targets):
+    target, _ = lifecycle(tmp_path, targets)
+    mh = Memhook(target.pid, tmp_path)
+    target.command("load")
+    target.command("unload")
+    report = mh.stop()  # detach must not write into the unloaded library's old addresses
+    assert report["totals"]["outstanding_bytes"] == 8 * 777 + 12 * 555 + 5 * 333
+    target.command("load")  # and loading it again untraced still works
+    assert target.finish() == 0
+
+
+def test_size_filter_inclusive(tmp_path, targets):
+    target, _ = lifecycle(tmp_path, targets)
+    mh = Memhook(target.pid, tmp_path, "--min-size", "1024", "--max-size", "64K")
+    target.command("sizes")
+    report = mh.stop()
+    t = report["totals"]
+    assert t["alloc_count"] == 9
+    assert t["outstanding_bytes"] == 3 * (1024 + 5000 + 65536)
+    assert target.finish() == 0
+
+
+def test_detach_then_attach_again(tmp_path, targets):
+    target, _ = lifecycle(tmp_path, targets)
+    first = Memhook(target.pid, tmp_path)
+    target.command("go")
+    assert first.stop()["totals"]["outstanding_bytes"] == 7 * 99
+    target.command("sizes")  # not traced
+    second = Memhook(target.pid, tmp_path)
+    target.command("second")
+    report = second.stop()
+    assert report["totals"]["alloc_count"] == 4
+    assert site(report, "second_leak")["outstanding_bytes"] == 4 * 4321
+    libs = {m.start for m in read_maps(target.pid) if "libmemhook_hook" in m.path}
+    assert len([m for m in read_maps(target.pid) if "libmemhook_hook" in m.path
+                and m.offset == 0]) == 1, "the second attach loaded the library again"
+    assert libs
+    assert target.finish() == 0
