@@ -211,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     except (TargetError, CaptureError) as e:
         print(f"memhook: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as e:
+        print(f"memhook: its native parts are missing ({e}); install it with `pip install .`",
+              file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("memhook: interrupted", file=sys.stderr)
         return EXIT_FAILED

@@ -56,6 +56,8 @@ def state(pid: int) -> str:
 
 
 def process_info(pid: int) -> ProcessInfo:
+    if not os.path.isdir(f"/proc/{pid}"):
+        raise TargetError(f"no process with PID {pid}")
     try:
         status = {}
         with open(f"/proc/{pid}/status") as f:
@@ -64,17 +66,19 @@ def process_info(pid: int) -> ProcessInfo:
                 status[key] = value.split()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        exe = os.readlink(f"/proc/{pid}/exe")
         ticks = start_ticks(pid)
     except FileNotFoundError:
         raise TargetError(f"no process with PID {pid}") from None
     except PermissionError:
         raise TargetError(f"not allowed to inspect PID {pid}: run memhook as root") from None
-    except OSError as e:
-        if not os.path.exists(f"/proc/{pid}"):
-            raise TargetError(f"no process with PID {pid}") from None
-        raise TargetError(f"cannot inspect PID {pid}: {e.strerror} "
-                          "(a kernel thread has no executable to hook)") from None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except PermissionError:
+        raise TargetError(f"not allowed to inspect PID {pid}: run memhook as root") from None
+    except OSError:
+        if "Z" in status.get("State", []) or not os.path.isdir(f"/proc/{pid}"):
+            raise TargetError(f"PID {pid} has exited") from None
+        raise TargetError(f"PID {pid} is a kernel thread: it has no program to hook") from None
     return ProcessInfo(pid, int(status["Uid"][1]), int(status["Gid"][1]),
                        " ".join(argv), exe, ticks)
 

@@ -1,0 +1,144 @@
+"""The command line as an operator meets it: reports from captures, live output, and bad input
+answered with one line and a non-zero exit code, the target untouched."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import Memhook, build, memhook_cmd, run_memhook, site
+
+
+def one_line_error(proc, code, *words):
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memhook: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture
+def lifecycle_target(tmp_path, targets):
+    return targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+
+
+def test_report_formats_agree(tmp_path, lifecycle_target):
+    target = lifecycle_target
+    mh = Memhook(target.pid, tmp_path)
+    assert "paused" in mh.attached_line and "ms" in mh.attached_line
+    target.command("go")
+    report = mh.stop()
+    assert json.loads(json.dumps(report)) == report
+    assert report["memhook_report"] == 1 and report["pid"] == target.pid
+    assert set(report["totals"]) == {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
+                                     "outstanding_count", "outstanding_bytes",
+                                     "unknown_free_count", "dropped_events"}
+    leak = site(report, "late_leak")
+    f0 = leak["frames"][0]
+    assert f0["module"].endswith("/lifecycle") and f0["file"].endswith("lifecycle.c")
+    assert isinstance(f0["line"], int) and f0["address"].startswith("0x")
+    # frames[0] is the call's own line: the malloc in late_leak.
+    src = open(f0["file"]).read().splitlines()[f0["line"] - 1]
+    assert "malloc(99)" in src
+    text = run_memhook("report", mh.capture)
+    assert text.returncode == 0
+    assert "693 bytes in 7 blocks" in text.stdout and "late_leak" in text.stdout
+    # The final report memhook prints on detach is the same report.
+    assert "late_leak" in mh.lines.expect("late_leak", timeout=5)
+    out = tmp_path / "r.json"
+    assert run_memhook("report", mh.capture, "--format", "json", "-o", out).returncode == 0
+    assert json.loads(out.read_text()) == report
+    assert target.finish() == 0
+
+
+def test_duration_and_live_view(tmp_path, lifecycle_target):
+    target = lifecycle_target
+    target.command("early")
+    proc = subprocess.run(memhook_cmd("-p", target.pid, "--duration", "1.5", "--interval", "0.5",
+                                      "--format", "json"),
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert "attached" in proc.stdout and "detached (duration reached)" in proc.stdout
+    assert proc.stdout.count("outstanding") >= 2  # periodic live lines
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert report["totals"]["alloc_count"] == 0
+    assert target.finish() == 0
+
+
+def test_target_exit_ends_the_session(tmp_path, lifecycle_target):
+    target = lifecycle_target
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    assert target.finish() == 0
+    report = mh.wait()
+    assert "target exited" in mh.lines.expect("detached", timeout=30)
+    assert report["totals"]["outstanding_bytes"] == 7 * 99
+
+
+@pytest.mark.parametrize("args,code,words", [
+    (["-p", "999999999"], 1, ["no process"]),
+    (["-p", "abc"], 2, ["invalid PID"]),
+    (["-p", "-5"], 2, []),
+    (["--duration", "3"], 2, ["-p"]),
+    (["-p", "1", "--duration", "0"], 2, ["greater than 0"]),
+    (["-p", "1", "--min-size", "lots"], 2, ["invalid size"]),
+    (["-p", "1", "--depth", "0"], 2, ["depth"]),
+    (["-p", "1", "--ring-size", "5000"], 2, ["power of two"]),
+    (["report", "/nonexistent.mh"], 1, ["cannot open"]),
+    (["report"], 2, []),
+])
+def test_bad_arguments(args, code, words):
+    one_line_error(run_memhook(*args), code, *words)
+
+
+def test_invalid_size_range_rejected_before_attach(tmp_path, lifecycle_target):
+    target = lifecycle_target
+    maps_before = open(f"/proc/{target.pid}/maps").read()
+    proc = run_memhook("-p", target.pid, "--min-size", "64K", "--max-size", "1K")
+    one_line_error(proc, 2, "--min-size")
+    assert open(f"/proc/{target.pid}/maps").read() == maps_before  # nothing injected
+    assert target.finish() == 0
+
+
+def test_kernel_thread_and_zombie(tmp_path):
+    kthread = 2  # kthreadd
+    if not os.path.exists("/proc/2") or open("/proc/2/cmdline", "rb").read():
+        pytest.skip("no kernel thread visible here")
+    one_line_error(run_memhook("-p", kthread), 1, "kernel thread")
+    zombie = subprocess.Popen(["true"])
+    try:
+        for _ in range(100):
+            if open(f"/proc/{zombie.pid}/stat").read().split(") ")[1][0] == "Z":
+                break
+        one_line_error(run_memhook("-p", zombie.pid), 1)
+    finally:
+        zombie.wait()
+
+
+def test_statically_linked_target(tmp_path, targets):
+    exe = build(tmp_path, "lifecycle.c", name="static", flags=["-static"])
+    target = targets(exe, "/nonexistent.so")
+    one_line_error(run_memhook("-p", target.pid), 1, "statically linked")
+    assert target.finish() == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 100, b"MEMHOOK\0CAPTURE\0" + b"\xff" * 8])
+def test_bad_capture_files(tmp_path, content):
+    bad = tmp_path / "bad.mh"
+    bad.write_bytes(content)
+    one_line_error(run_memhook("report", bad), 1)
+
+
+def test_cut_off_capture_still_reports(tmp_path, lifecycle_target):
+    target = lifecycle_target
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    mh.stop()
+    data = mh.capture.read_bytes()
+    cut = tmp_path / "cut.mh"
+    cut.write_bytes(data[:-20])  # the END block is gone
+    proc = run_memhook("report", cut)
+    assert proc.returncode == 0 and "late_leak" in proc.stdout
+    assert "cut off" in proc.stderr
+    assert target.finish() == 0
