@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up, start the bundled leaky service, attach memhook to it for a few seconds, and show
+# which call stacks hold the memory it never frees. Usage: scripts/demo.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+seconds=${1:-8}
+build=$(mktemp -d)
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$build"' EXIT
+g++ -O1 -g -fno-omit-frame-pointer -pthread scripts/demo/leaky_service.cpp -o "$build/leaky_service"
+"$build/leaky_service" &
+pid=$!
+sleep 1
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+as_root .venv/bin/memhook -p "$pid" --duration "$seconds" --interval 2 --top 5 -o "$build/demo.mh"
+echo
+echo "The same capture as JSON (first site):"
+.venv/bin/memhook report "$build/demo.mh" --format json --top 1

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Everything memhook needs on a fresh Debian/Ubuntu machine: system tools (gdb, a C++ compiler),
+# a virtual environment in .venv, and memhook built and installed into it with its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v gdb >/dev/null || missing+=(gdb)
+command -v g++ >/dev/null || missing+=(g++)
+command -v cmake >/dev/null || missing+=(cmake)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q ".[test]"
+echo "setup: memhook installed in .venv ($(.venv/bin/memhook --version))"
