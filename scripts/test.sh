@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-as_root .venv/bin/python -m pytest -q -p no:cacheprovider "$@" tests
+# The pytest script, not `python -m pytest`: the checkout must not shadow the installed package.
+as_root .venv/bin/pytest -q -p no:cacheprovider "$@" tests
