@@ -56,10 +56,10 @@ class Lines:
 class Target:
     """A command-driven test target (tests/targets/harness.h)."""
 
-    def __init__(self, exe: Path, *args, cwd=None):
+    def __init__(self, exe: Path, *args, cwd=None, user=None):
         self.proc = subprocess.Popen([str(exe), *map(str, args)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
-                                     cwd=cwd or exe.parent)
+                                     cwd=cwd or exe.parent, user=user, group=user and "nogroup")
         self.lines = Lines(self.proc.stdout)
         self.expect("ready")
 

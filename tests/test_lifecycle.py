@@ -104,3 +104,14 @@ def test_detach_then_attach_again(tmp_path, targets):
                 and m.offset == 0]) == 1, "the second attach loaded the library again"
     assert libs
     assert target.finish() == 0
+
+
+def test_backtrace_depth(tmp_path, targets):
+    target, _ = lifecycle(tmp_path, targets)
+    for args, depth in (((), 32), (("--depth", "50"), 50)):
+        mh = Memhook(target.pid, tmp_path, *args)
+        target.command("deep")
+        frames = site(mh.stop(), "deep")["frames"]
+        assert len(frames) == depth
+        assert all(f["function"] == "deep" for f in frames)
+    assert target.finish() == 0

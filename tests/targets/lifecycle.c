@@ -16,6 +16,11 @@ NOINLINE static void sized_allocs(void) {
   for (int r = 0; r < 3; r++)
     for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++) memset(malloc(sizes[i]), 1, 1);
 }
+NOINLINE static void deep(int n) {
+  if (n == 0) memset(malloc(77), 1, 1);
+  else deep(n - 1);
+  __asm__ volatile("" ::: "memory");  /* not a tail call: every level keeps its frame */
+}
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -26,6 +31,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "go")) { early_free(); late_leak(); }
     else if (!strcmp(cmd, "sizes")) sized_allocs();
     else if (!strcmp(cmd, "second")) second_leak();
+    else if (!strcmp(cmd, "deep")) deep(60);
     else if (!strcmp(cmd, "load")) {
       plugin = dlopen(argv[1], RTLD_LAZY);
       if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 2; }

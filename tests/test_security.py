@@ -1,0 +1,65 @@
+"""A target owned by another user: what memhook creates for it, and what it leaves behind."""
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import Memhook, Target, build, site
+
+
+def leftovers():
+    found = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if n.startswith("memhook-")]
+    found += [f"/tmp/{n}" for n in os.listdir("/tmp") if n.startswith("memhook-")]
+    return set(found)
+
+
+@pytest.fixture
+def nobody_target(tmp_path):
+    exe = build(tmp_path, "lifecycle.c")
+    home = Path(tempfile.mkdtemp(prefix="memhook-test-"))  # not memhook-: leftovers() ignores it
+    shutil.copy(exe, home / "lifecycle")
+    os.chmod(home, 0o755)
+    os.chmod(home / "lifecycle", 0o755)
+    t = Target(home / "lifecycle", "/nonexistent.so", user="nobody")
+    yield t
+    t.kill()
+    shutil.rmtree(home)
+
+
+def test_target_of_another_user(tmp_path, nobody_target):
+    target = nobody_target
+    assert os.stat(f"/proc/{target.pid}").st_uid != 0
+    before = leftovers()
+    mh = Memhook(target.pid, tmp_path)
+    maps = open(f"/proc/{target.pid}/maps").read()
+    # The segment: an unguessable name (128 random bits), already unlinked.
+    assert re.search(rf"/dev/shm/memhook-{target.pid}-[0-9a-f]{{32}} \(deleted\)", maps)
+    # The library copy: loaded from an unguessable directory, already deleted.
+    assert re.search(r"/tmp/memhook-[0-9a-f]{32}/libmemhook_hook\.so \(deleted\)", maps)
+    assert leftovers() == before
+    target.command("go")
+    report = mh.stop()
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert leftovers() == before
+    assert target.finish() == 0
+
+
+def test_symlinked_shm_dir_is_not_followed(tmp_path, nobody_target, monkeypatch):
+    """A directory on the way to the segment that is a symlink (as a container's user could
+    plant in its own root) makes memhook refuse instead of creating files elsewhere."""
+    from memhook import segment
+    from memhook.procfs import TargetError, process_info
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    (tmp_path / "shm-link").symlink_to(decoy)
+    monkeypatch.setattr(segment, "SEGMENT_DIR", str(tmp_path / "shm-link").lstrip("/"))
+    info = process_info(nobody_target.pid)
+    with pytest.raises(TargetError):
+        segment.Segment(info, nrings=1, ring_bytes=4096, depth=4, clock=0, min_size=0,
+                        max_size=1, real={}, known=[])
+    assert list(decoy.iterdir()) == []
+    assert stat.S_ISLNK(os.lstat(tmp_path / "shm-link").st_mode)
