@@ -234,35 +234,45 @@ inline void drop(RingHeader* r) {
   __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
 }
 
+inline void end_event(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
+inline void count_no_ring() { __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED); }
+
 inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_max_size; }
 
-// An allocation that returned `p`: timestamp now, backtrace from the hook frame `fp`.
-__attribute__((always_inline)) inline void record_alloc(ThreadState& t, uint16_t op, void* p,
-                                                        uint64_t size, void** fp) {
-  if (!p || !size_wanted(size)) return;
-  RingHeader* r = my_ring(t);
-  if (!r) {
-    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
-    return;
-  }
-  begin_event(r);
-  uint64_t ts = now();
+// Append one record: header, the realloc extension if any, then the backtrace from the hook
+// frame `fp` (none for frees); publish it and end the event.
+__attribute__((always_inline)) inline void emit(ThreadState& t, RingHeader* r, EventKind kind,
+                                                int op, uint64_t ts, void* p, uint64_t size,
+                                                void** fp, const RecordRealloc* extra) {
+  const size_t head = sizeof(Record) + (extra ? sizeof(RecordRealloc) : 0);
   uint64_t w;
-  uint8_t* at = reserve(t, r, sizeof(Record) + 8 * (size_t)g_depth, &w);
+  uint8_t* at = reserve(t, r, head + (fp ? 8 * (size_t)g_depth : 0), &w);
   if (!at) return drop(r);
   Record* rec = (Record*)at;
-  uint32_t n = backtrace(t, fp, (uint64_t*)(rec + 1));
-  rec->kind = kAlloc;
+  uint32_t n = fp ? backtrace(t, fp, (uint64_t*)(at + head)) : 0;
+  rec->kind = kind;
   rec->op = (uint8_t)op;
   rec->nframes = (uint16_t)n;
   rec->tid = t.tid;
   rec->ts = ts;
   rec->ptr = (uint64_t)p;
   rec->size = size;
-  publish(r, w + sizeof(Record) + 8 * n);
+  if (extra) *(RecordRealloc*)(rec + 1) = *extra;
+  publish(r, w + head + 8 * n);
 }
 
-// A free: the caller takes the timestamp (before the real free) via begin_free.
+// An allocation that returned `p`: timestamped now, after the real call.
+__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
+                                                        uint64_t size, void** fp) {
+  if (!p || !size_wanted(size)) return;
+  RingHeader* r = my_ring(t);
+  if (!r) return count_no_ring();
+  begin_event(r);
+  emit(t, r, kAlloc, op, now(), p, size, fp, nullptr);
+}
+
+// Frees and reallocs are timestamped before the real call: the block may be reused by another
+// thread the moment it returns.
 inline RingHeader* begin_free(ThreadState& t, uint64_t* ts) {
   RingHeader* r = my_ring(t);
   if (!r) return nullptr;
@@ -271,60 +281,22 @@ inline RingHeader* begin_free(ThreadState& t, uint64_t* ts) {
   return r;
 }
 
-inline void finish_free(ThreadState& t, RingHeader* r, uint16_t op, void* p, uint64_t ts) {
-  if (!r) {
-    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
-    return;
-  }
-  uint64_t w;
-  Record* rec = (Record*)reserve(t, r, sizeof(Record), &w);
-  if (!rec) return drop(r);
-  rec->kind = kFree;
-  rec->op = (uint8_t)op;
-  rec->nframes = 0;
-  rec->tid = t.tid;
-  rec->ts = ts;
-  rec->ptr = (uint64_t)p;
-  rec->size = 0;
-  publish(r, w + sizeof(Record));
+inline void finish_free(ThreadState& t, RingHeader* r, int op, void* p, uint64_t ts) {
+  if (!r) return count_no_ring();
+  emit(t, r, kFree, op, ts, p, 0, nullptr, nullptr);
 }
 
 // realloc-like: `old` was released at ts_free (before the call), `p` allocated after it.
-inline void finish_realloc(ThreadState& t, RingHeader* r, uint16_t op, void* old, void* p,
+inline void finish_realloc(ThreadState& t, RingHeader* r, int op, void* old, void* p,
                            uint64_t size, uint64_t ts_free, void** fp) {
-  if (!r) {
-    __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
-    return;
-  }
-  if (!p) {
-    // Failure leaves `old` untouched; a zero size frees it, as glibc does.
-    if (size == 0 && old) return finish_free(t, r, op, old, ts_free);
-    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
-    return;
-  }
-  if (!size_wanted(size)) {
-    if (old) return finish_free(t, r, op, old, ts_free);
-    __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
-    return;
-  }
-  uint64_t ts = now();
-  uint64_t w;
-  const size_t head = sizeof(Record) + sizeof(RecordRealloc);
-  uint8_t* at = reserve(t, r, head + 8 * (size_t)g_depth, &w);
-  if (!at) return drop(r);
-  Record* rec = (Record*)at;
-  RecordRealloc* extra = (RecordRealloc*)(rec + 1);
-  uint32_t n = backtrace(t, fp, (uint64_t*)(at + head));
-  rec->kind = kRealloc;
-  rec->op = (uint8_t)op;
-  rec->nframes = (uint16_t)n;
-  rec->tid = t.tid;
-  rec->ts = ts;
-  rec->ptr = (uint64_t)p;
-  rec->size = size;
-  extra->ts_free = ts_free;
-  extra->old = (uint64_t)old;
-  publish(r, w + head + 8 * n);
+  if (!r) return count_no_ring();
+  // Failure leaves `old` untouched; a zero size frees it, as glibc does; a filtered size
+  // records only the free of `old`.
+  bool freed_only = p ? !size_wanted(size) : size == 0;
+  if (!p && !freed_only) return end_event(r);
+  if (freed_only) return old ? finish_free(t, r, op, old, ts_free) : end_event(r);
+  RecordRealloc extra{ts_free, (uint64_t)old};
+  emit(t, r, kRealloc, op, now(), p, size, fp, &extra);
 }
 
 inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }
