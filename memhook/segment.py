@@ -8,6 +8,7 @@ directory: the target can read it, nobody but root can replace it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -32,6 +33,13 @@ def open_dir_in_root(pid: int, relative: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def remove_in(dir_fd: int, name: str, remove=os.unlink) -> None:
+    """Remove `name` (if still there) inside the directory `dir_fd`, then close `dir_fd`."""
+    with contextlib.suppress(FileNotFoundError):
+        remove(name, dir_fd=dir_fd)
+    os.close(dir_fd)
 
 
 class Segment:
@@ -60,14 +68,9 @@ class Segment:
 
     def unlink(self) -> None:
         """Remove the name; the target's and the consumer's mappings live on."""
-        if self._dir is None:
-            return
-        try:
-            os.unlink(self.name, dir_fd=self._dir)
-        except FileNotFoundError:
-            pass
-        os.close(self._dir)
-        self._dir = None
+        if self._dir is not None:
+            remove_in(self._dir, self.name)
+            self._dir = None
 
 
 class LibraryCopy:
@@ -105,16 +108,8 @@ class LibraryCopy:
     def remove(self) -> None:
         """Once loaded, the file is no longer needed: the mapping keeps it alive."""
         if self._dir is not None:
-            try:
-                os.unlink(self.file, dir_fd=self._dir)
-            except FileNotFoundError:
-                pass
-            os.close(self._dir)
+            remove_in(self._dir, self.file)
             self._dir = None
         if self._parent is not None:
-            try:
-                os.rmdir(self._dirname, dir_fd=self._parent)
-            except FileNotFoundError:
-                pass
-            os.close(self._parent)
+            remove_in(self._parent, self._dirname, os.rmdir)
             self._parent = None
