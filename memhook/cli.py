@@ -145,10 +145,11 @@ def run_attach(argv: list[str]) -> int:
     def on_signal(signum, _frame):
         stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
 
-    session = Session(a.pid, opts)
-    result = session.attach()
+    # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    session = Session(a.pid, opts)
+    result = session.attach()
     late = result.get("late", 0)
     print(f"memhook: attached to PID {a.pid} ({session.info.command}): "
           f"{len(session.patched)} slots patched"
@@ -194,6 +195,10 @@ def run_attach(argv: list[str]) -> int:
     rep = report.build(cap, min_size=0, symbolizer=Symbolizer(session.modules.values()))
     print(json.dumps(rep, indent=1) if a.format == "json" else report.render_text(rep, a.top),
           flush=True)
+    if session.detach_error:
+        print(f"memhook: could not restore the slots ({session.detach_error}); the target "
+              "keeps running with memhook's hooks in place", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

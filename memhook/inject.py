@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from importlib import resources
@@ -46,11 +47,16 @@ def run_agent(params: dict) -> dict:
         for s in GDB_SETTINGS:
             cmd += ["-iex", s]
         cmd += ["-x", script]
+        # GDB may be inside a call in the target: neither a terminal's Ctrl-C (own session) nor
+        # one aimed at memhook (signals held until GDB is done) may cut it short.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=GDB_TIMEOUT_S)
+                                  timeout=GDB_TIMEOUT_S, start_new_session=True)
         except subprocess.TimeoutExpired:
             raise TargetError(f"gdb did not finish within {GDB_TIMEOUT_S} s") from None
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])

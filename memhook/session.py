@@ -67,6 +67,7 @@ class Session:
     restored: int = 0
     not_restored: list = field(default_factory=list)
     lib_base: int = 0
+    detach_error: str = ""  # the slots could not be restored: the hooks stay, as pass-throughs
     segment: Segment | None = None
 
     @property
@@ -145,12 +146,14 @@ class Session:
                 "late_offset": _native.CONTROL_LATE_OFFSET,
                 "late_bytes": _native.LATE_SLOT_BYTES, "max_late": 4096,
             }
-            result = run_agent(params)
+            try:
+                result = run_agent(params)
+            except TargetError as e:
+                result = {"error": str(e)}
             self.pause_ms["detach"] = result.get("paused_ms", 0.0)
-            if "error" in result:
-                raise TargetError(result["error"])
-            self.restored = len(result["restored"])
-            self.not_restored = result["changed"]
+            self.detach_error = result.get("error", "")
+            self.restored = len(result.get("restored", []))
+            self.not_restored = result.get("changed", [])
         # Hooks already inside the real function finish their record, then the rest is exact.
         deadline = time.monotonic() + 1.0
         while self.consumer.any_busy() and time.monotonic() < deadline and self.target_alive():

@@ -142,3 +142,29 @@ def test_cut_off_capture_still_reports(tmp_path, lifecycle_target):
     assert proc.returncode == 0 and "late_leak" in proc.stdout
     assert "cut off" in proc.stderr
     assert target.finish() == 0
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.3, 0.6, 1.0])
+def test_ctrl_c_at_any_moment_of_attach(tmp_path, targets, delay):
+    """Ctrl-C while memhook scans, injects or has just attached: the target is never left
+    hooked or harmed, and memhook exits cleanly."""
+    import signal
+    import time
+    from test_entry_points import assert_restored, slot_values
+    exe = build(tmp_path, "lifecycle.c")
+    target = targets(exe, "/nonexistent.so")
+    _, before = slot_values(target.pid, exe)
+    proc = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err
+    if proc.returncode == -signal.SIGINT:
+        assert "attached" not in out  # stopped while Python was starting: nothing was done
+    else:
+        assert proc.returncode == 0, err
+        assert "detached (interrupted)" in out
+    assert_restored(target.pid, exe, before)
+    target.command("go")
+    assert target.finish() == 0
