@@ -159,6 +159,10 @@ def run_attach(argv: list[str]) -> int:
     for path, why in session.skipped_objects:
         if why != "the dynamic loader":
             print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
+    for slot, value in session.skipped:
+        held = "is unreadable" if value is None else f"holds 0x{value:x}"
+        print(f"memhook: left alone: the {slot.symbol} slot at 0x{slot.addr:x} in {slot.module} "
+              f"{held}, not {slot.symbol} itself", file=sys.stderr)
     symbolizer = Symbolizer(session.modules.values())
     series = {k: [] for k in ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
                               "free_count", "dropped_events")}

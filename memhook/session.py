@@ -57,7 +57,7 @@ class Session:
     options: Options = field(default_factory=Options)
     info: procfs.ProcessInfo | None = None
     patched: list = field(default_factory=list)     # [addr, original, hook]
-    skipped: list = field(default_factory=list)     # [addr, value] left alone
+    skipped: list = field(default_factory=list)     # (elf.Slot, value) left alone
     skipped_objects: list = field(default_factory=list)
     modules: dict = field(default_factory=dict)
     pause_ms: dict = field(default_factory=dict)
@@ -117,7 +117,8 @@ class Session:
             raise TargetError(result["error"])
         self.lib_base = result["lib_base"]
         self.patched = result["patched"]
-        self.skipped = result["skipped"]
+        by_addr = {s.addr: s for s in layout.slots}
+        self.skipped = [(by_addr[addr], value) for addr, value in result["skipped"]]
         self.started_at = time.time()
         self.consumer.start()
         self.modules = elf.modules(self.pid)

@@ -165,3 +165,21 @@ def test_detached_slots_read_back_from_proc_mem(tmp_path, targets):
     assert during != before
     assert after == before
     assert target.finish() == 0
+
+
+def test_slot_holding_something_else_is_left_alone(tmp_path, targets):
+    exe = build(tmp_path, "foreign_slot.c", flags=["-fno-plt"])
+    target = targets(exe)
+    mh = Memhook(target.pid, tmp_path)
+    assert "1 left alone" in mh.attached_line
+    target.command("go")
+    report = mh.stop()
+    assert f"left alone: the malloc slot at 0x" in mh.stderr and str(exe) in mh.stderr
+    # The redirected slot was not touched: its calls never reached memhook...
+    assert not [s for s in report["sites"]
+                if s["frames"] and s["frames"][0]["function"] == "through_wrapper"]
+    # ...while the rest of the executable's slots were hooked.
+    assert report["totals"]["outstanding_bytes"] == 3 * 456
+    # And detach left the other tool's redirection in place.
+    assert target.ask("check", "slot") == "slot ours wrapped 5"
+    assert target.finish() == 0
