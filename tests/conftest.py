@@ -117,7 +117,7 @@ class Memhook:
             self.attached_line = self.lines.expect("attached", timeout=120)
         except AssertionError:
             self.proc.kill()
-            raise AssertionError(f"memhook did not attach: {self.proc.stderr.read().strip()}")
+            raise AssertionError(f"memhook did not attach: {self.proc.stderr.read().strip()}") from None
 
     def stop(self) -> dict:
         """SIGINT, as an operator's Ctrl-C; returns the JSON report of the capture."""

@@ -1,0 +1,67 @@
+"""What the benchmark scripts share: a command-driven target process and memhook sessions."""
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def build(name: str, tmp: Path, *flags: str) -> str:
+    exe = tmp / name
+    subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", *flags, "-o", str(exe),
+                    str(HERE / "targets" / f"{name}.c"), "-lpthread"], check=True)
+    return str(exe)
+
+
+class Target:
+    """A target that prints "ready", then answers each command line and ends with "done"."""
+
+    def __init__(self, *argv: str):
+        self.p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, bufsize=1)
+        assert self.p.stdout.readline().startswith("ready")
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def ask(self, cmd: str, key: str | None = None) -> float | None:
+        """Send `cmd`; the number on its answer line starting with `key`, if any."""
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+        value = None
+        for line in self.p.stdout:
+            if key and line.startswith(key + " "):
+                value = float(line.split()[1])
+            elif line.startswith("done"):
+                return value
+        raise RuntimeError("target ended")
+
+    def close(self) -> int:
+        self.p.stdin.write("exit\n")
+        self.p.stdin.flush()
+        return self.p.wait(10)
+
+
+class Session:
+    """`memhook -p PID` from attach (the `attached` line) to SIGINT."""
+
+    def __init__(self, pid: int, *args: str):
+        self.p = subprocess.Popen([sys.executable, "-m", "memhook", "-p", str(pid), "--no-live",
+                                   "--format", "json", *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd="/")
+        self.attached = self.p.stdout.readline()
+        if "attached" not in self.attached:
+            sys.exit(f"attach failed: {self.attached}{self.p.stderr.read()}")
+        self.attach_ms = float(re.search(r"paused ([\d.]+) ms", self.attached).group(1))
+
+    def stop(self) -> str:
+        self.p.send_signal(signal.SIGINT)
+        out, _ = self.p.communicate(timeout=120)
+        m = re.search(r"detached.*paused ([\d.]+) ms", out)
+        self.detach_ms = float(m.group(1)) if m else float("nan")
+        m = re.search(r'"dropped_events": (\d+)', out)
+        self.dropped = int(m.group(1)) if m else -1
+        return out
