@@ -73,8 +73,21 @@ struct Event {
   uint64_t ptr;
   uint64_t size;
   uint32_t stack;
-  uint16_t op;
+  uint32_t tid;
+  uint8_t op;
   uint8_t is_free;
+};
+
+// One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python).
+struct LoggedEvent {
+  uint64_t ts;  // raw clock; Python converts with ticks_to_ns()
+  uint64_t ptr;
+  uint64_t size;
+  uint32_t stack;
+  uint32_t tid;
+  uint8_t op;
+  uint8_t is_free;
+  uint8_t pad[6];
 };
 
 struct Site {
@@ -310,16 +323,33 @@ class Consumer {
     return d;
   }
 
-  // All unique stacks: frames of stack i are frames[offsets[i]:offsets[i+1]].
-  py::tuple stacks() const {
+  // Unique stacks with ids >= since: the frames of stack since+i are
+  // frames[offsets[i]-offsets[0] : offsets[i+1]-offsets[0]].
+  py::tuple stacks(size_t since) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    py::array_t<uint64_t> offsets(stack_offsets_.size() + 1);
+    size_t n = stack_offsets_.size();
+    since = std::min(since, n);
+    py::array_t<uint64_t> offsets(n - since + 1);
     auto o = offsets.mutable_unchecked<1>();
-    for (size_t i = 0; i < stack_offsets_.size(); i++) o(i) = stack_offsets_[i];
-    o(stack_offsets_.size()) = frames_.size();
-    py::array_t<uint64_t> frames(frames_.size());
-    std::memcpy(frames.mutable_data(), frames_.data(), frames_.size() * 8);
+    for (size_t i = since; i < n; i++) o(i - since) = stack_offsets_[i];
+    o(n - since) = frames_.size();
+    size_t first = since < n ? stack_offsets_[since] : frames_.size();
+    py::array_t<uint64_t> frames(frames_.size() - first);
+    std::memcpy(frames.mutable_data(), frames_.data() + first, (frames_.size() - first) * 8);
     return py::make_tuple(offsets, frames);
+  }
+
+  void record_events(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_events_ = on;
+  }
+
+  // The events applied since the last call, as raw bytes of LoggedEvent records.
+  py::bytes take_events() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    py::bytes out((const char*)log_.data(), log_.size() * sizeof(LoggedEvent));
+    log_.clear();
+    return out;
   }
 
   std::vector<py::tuple> late_slots() const {
@@ -332,6 +362,7 @@ class Consumer {
     return out;
   }
 
+  uint64_t clock_origin() const { return clock0_; }
   bool started() const { return __atomic_load_n(&ctl_->started, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
 
@@ -386,13 +417,13 @@ class Consumer {
       if (rec->kind > kRealloc || pos + len > cap || rd + len > w) break;  // malformed: stop
       const uint64_t* frames = (const uint64_t*)((uint8_t*)rec + head);
       if (rec->kind == kFree) {
-        pending_.push_back({rec->ts, rec->ptr, 0, 0, rec->op, 1});
+        pending_.push_back({rec->ts, rec->ptr, 0, 0, rec->tid, rec->op, 1});
       } else {
         if (rec->kind == kRealloc) {
           const RecordRealloc* x = (const RecordRealloc*)(rec + 1);
-          if (x->old) pending_.push_back({x->ts_free, x->old, 0, 0, rec->op, 1});
+          if (x->old) pending_.push_back({x->ts_free, x->old, 0, 0, rec->tid, rec->op, 1});
         }
-        pending_.push_back({rec->ts, rec->ptr, rec->size, intern(frames, nf), rec->op, 0});
+        pending_.push_back({rec->ts, rec->ptr, rec->size, intern(frames, nf), rec->tid, rec->op, 0});
       }
       last_ts_[index] = std::max(last_ts_[index], rec->ts);
       rd += len;
@@ -435,6 +466,7 @@ class Consumer {
         unknown_frees_++;
         return;
       }
+      if (record_events_) log_.push_back({e.ts, e.ptr, b->size, b->stack, e.tid, e.op, 1, {}});
       Site& s = sites_[b->stack];
       s.free_count++;
       s.free_bytes += b->size;
@@ -454,6 +486,7 @@ class Consumer {
     }
     b->stack = e.stack;
     b->size = e.size;
+    if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
     Site& s = sites_[e.stack];
     s.alloc_count++;
     s.alloc_bytes += e.size;
@@ -481,6 +514,8 @@ class Consumer {
   std::thread thread_;
   std::atomic<bool> running_{false};
   bool released_ = false;
+  bool record_events_ = false;
+  std::vector<LoggedEvent> log_;
   uint64_t dropped_at_release_ = 0;
 };
 
@@ -537,6 +572,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
   m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
   m.attr("LATE_SLOT_BYTES") = sizeof(LateSlot);
+  m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
@@ -547,11 +583,14 @@ PYBIND11_MODULE(_native, m) {
       .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
       .def("totals", &Consumer::totals)
       .def("sites", &Consumer::sites)
-      .def("stacks", &Consumer::stacks)
+      .def("stacks", &Consumer::stacks, py::arg("since") = 0)
+      .def("record_events", &Consumer::record_events)
+      .def("take_events", &Consumer::take_events)
       .def("late_slots", &Consumer::late_slots)
       .def("any_busy", &Consumer::any_busy)
       .def("release_rings", &Consumer::release_rings, py::call_guard<py::gil_scoped_release>())
       .def("ticks_to_ns", &Consumer::ticks_to_ns)
+      .def_property_readonly("clock_origin", [](const Consumer& c) { return c.clock_origin(); })
       .def_property_readonly("started", &Consumer::started)
       .def_property_readonly("lib_base", &Consumer::lib_base)
       .def_property_readonly("dropped", &Consumer::dropped);

@@ -1,19 +1,26 @@
-"""Capture files: what a session saw, raw (return addresses, not symbols), to report on later,
+"""Capture files: what a session saw, raw (return addresses, never symbols), to report on later,
 on this host or another.
 
-Layout: a 24-byte header (magic, format version), then blocks, each
+A 24-byte header (magic, format version), then blocks appended as the session goes, each
   kind (4 bytes) | crc32 of payload (u32) | payload length (u64) | zlib-compressed payload
-Kinds: META (JSON), MODS (JSON module table), ARRY (one named numpy array in .npy format),
-END  (marks a complete file). Blocks are appended as they are produced, so a capture cut off by
-a crash is readable up to its last complete block.
+so a capture cut off by a crash or kill -9 reads up to its last complete block. Kinds:
+  META  JSON   process metadata; later META blocks update earlier ones (end time, totals)
+  MODS  JSON   module table: path, build_id, bias, lo, hi, size, mtime (the last one counts)
+  STKS  npz    new unique stacks: first (id), offsets, frames (raw return addresses)
+  AGGR  npz    snapshot of the per-stack aggregates, indexed by stack id (the last one counts)
+  TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
+  EVTS  npz    every applied event, with --record-events
+  END   -      the capture is complete
+Arrays are numpy .npz archives (allow_pickle off).
 """
 from __future__ import annotations
 
 import io
 import json
 import struct
+import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -21,7 +28,14 @@ MAGIC = b"MEMHOOK\0CAPTURE\0"
 VERSION = 1
 HEADER = struct.Struct("<16sII")
 BLOCK = struct.Struct("<4sIQ")
-MAX_BLOCK = 1 << 34
+MAX_BLOCK = 1 << 32
+SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+                "outstanding_bytes", "op_mask")
+SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
+                  "free_count", "dropped_events")
+TOP_STACKS = 20  # stacks sampled in the time series per interval
+EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
+                        ("tid", "<u4"), ("op", "u1"), ("is_free", "u1"), ("pad", "V6")])
 
 
 class CaptureError(Exception):
@@ -31,46 +45,67 @@ class CaptureError(Exception):
 @dataclass
 class Capture:
     meta: dict = field(default_factory=dict)
-    modules: list = field(default_factory=list)  # dicts: path, build_id, bias, lo, hi
-    arrays: dict = field(default_factory=dict)
+    modules: list = field(default_factory=list)
+    sites: dict = field(default_factory=dict)      # SITE_COLUMNS -> array indexed by stack id
+    stack_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint64))
+    stack_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    series: dict = field(default_factory=dict)     # SERIES_COLUMNS + top_time_s/top_stack/top_bytes
+    events: np.ndarray | None = None               # EVENT_DTYPE without pad, ts in ns since start
     complete: bool = False
+
+    @property
+    def stack_count(self) -> int:
+        return len(self.stack_offsets) - 1
+
+    def frames(self, stack: int) -> np.ndarray:
+        return self.stack_frames[int(self.stack_offsets[stack]):int(self.stack_offsets[stack + 1])]
+
+
+def _npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buf.getvalue()
 
 
 class Writer:
     def __init__(self, path: str):
         self._f = open(path, "wb")
         self._f.write(HEADER.pack(MAGIC, VERSION, 0))
+        self.bytes = HEADER.size
 
-    def _block(self, kind: bytes, payload: bytes) -> None:
+    def block(self, kind: bytes, payload: bytes) -> None:
         data = zlib.compress(payload, 6)
         self._f.write(BLOCK.pack(kind, zlib.crc32(data), len(data)) + data)
         self._f.flush()
+        self.bytes += BLOCK.size + len(data)
 
-    def meta(self, meta: dict) -> None:
-        self._block(b"META", json.dumps(meta).encode())
+    def json(self, kind: bytes, value) -> None:
+        self.block(kind, json.dumps(value).encode())
 
-    def modules(self, modules: list) -> None:
-        self._block(b"MODS", json.dumps(modules).encode())
-
-    def array(self, name: str, value: np.ndarray) -> None:
-        buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(value), allow_pickle=False)
-        raw = name.encode()
-        self._block(b"ARRY", struct.pack("<H", len(raw)) + raw + buf.getvalue())
+    def arrays(self, kind: bytes, **arrays) -> None:
+        self.block(kind, _npz(**arrays))
 
     def close(self) -> None:
-        self._block(b"END ", b"")
+        self.block(b"END ", b"")
         self._f.close()
 
 
-def write(path: str, capture: Capture) -> None:
+def write(path: str, cap: Capture) -> None:
+    """A whole capture at once (reports and tests; live sessions use Recorder)."""
     w = Writer(path)
-    w.meta(capture.meta)
-    w.modules(capture.modules)
-    for name, value in capture.arrays.items():
-        w.array(name, value)
+    w.json(b"META", cap.meta)
+    w.json(b"MODS", cap.modules)
+    w.arrays(b"STKS", first=np.array(0, np.uint64), offsets=cap.stack_offsets,
+             frames=cap.stack_frames)
+    w.arrays(b"AGGR", **cap.sites)
+    if cap.series:
+        w.arrays(b"TSER", **cap.series)
+    if cap.events is not None:
+        w.arrays(b"EVTS", **{n: cap.events[n] for n in cap.events.dtype.names})
     w.close()
 
+
+# ---- Reading ----
 
 def read(path: str) -> Capture:
     try:
@@ -87,7 +122,7 @@ def read(path: str) -> Capture:
         if version != VERSION:
             raise CaptureError(f"{path} is capture format {version}; this memhook reads "
                                f"format {VERSION}")
-        cap = Capture()
+        state = _Assembly()
         while True:
             hdr = f.read(BLOCK.size)
             if len(hdr) < BLOCK.size:
@@ -98,25 +133,199 @@ def read(path: str) -> Capture:
             data = f.read(length)
             if len(data) < length or zlib.crc32(data) != crc:
                 break
-            try:
-                payload = zlib.decompress(data)
-                _apply(cap, kind, payload)
-            except (zlib.error, ValueError, UnicodeDecodeError, struct.error) as e:
-                raise CaptureError(f"{path}: damaged {kind!r} block ({e})") from None
             if kind == b"END ":
-                cap.complete = True
+                state.cap.complete = True
                 break
-    if not cap.meta:
-        raise CaptureError(f"{path} holds no complete metadata block")
-    return cap
+            try:
+                state.add(kind, zlib.decompress(data))
+            except Exception as e:  # any damage inside a block is the file's, not ours
+                raise CaptureError(f"{path}: damaged {kind.decode(errors='replace')!r} block "
+                                   f"({type(e).__name__})") from None
+    return state.finish(path)
 
 
-def _apply(cap: Capture, kind: bytes, payload: bytes) -> None:
-    if kind == b"META":
-        cap.meta = json.loads(payload)
-    elif kind == b"MODS":
-        cap.modules = json.loads(payload)
-    elif kind == b"ARRY":
-        (n,) = struct.unpack_from("<H", payload)
-        name = payload[2:2 + n].decode()
-        cap.arrays[name] = np.load(io.BytesIO(payload[2 + n:]), allow_pickle=False)
+def _load_npz(payload: bytes) -> dict:
+    with np.load(io.BytesIO(payload), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+class _Assembly:
+    def __init__(self):
+        self.cap = Capture()
+        self.offsets = [np.zeros(1, np.uint64)]
+        self.frames = []
+        self.stacks = 0
+        self.series: dict = {}
+        self.events = []
+
+    def add(self, kind: bytes, payload: bytes) -> None:
+        if kind == b"META":
+            meta = json.loads(payload)
+            if not isinstance(meta, dict):
+                raise ValueError("metadata is not an object")
+            self.cap.meta.update(meta)
+        elif kind == b"MODS":
+            mods = json.loads(payload)
+            if not isinstance(mods, list) or not all(isinstance(m, dict) for m in mods):
+                raise ValueError("module table is not a list of objects")
+            self.cap.modules = mods
+        elif kind == b"STKS":
+            z = _load_npz(payload)
+            first, offsets, frames = int(z["first"]), z["offsets"].astype(np.uint64), z["frames"]
+            if first != self.stacks or len(offsets) < 1 or np.any(np.diff(offsets.astype(
+                    np.int64)) < 0) or int(offsets[-1] - offsets[0]) != len(frames):
+                raise ValueError("stack block out of sequence")
+            base = int(self.offsets[-1][-1])
+            self.offsets.append((offsets[1:] - offsets[0] + base).astype(np.uint64))
+            self.frames.append(frames.astype(np.uint64))
+            self.stacks += len(offsets) - 1
+        elif kind == b"AGGR":
+            z = _load_npz(payload)
+            if set(z) != set(SITE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
+                raise ValueError("aggregate columns do not match")
+            self.cap.sites = {k: v.astype(np.uint64) for k, v in z.items()}
+        elif kind == b"TSER":
+            for k, v in _load_npz(payload).items():
+                self.series.setdefault(k, []).append(v)
+        elif kind == b"EVTS":
+            z = _load_npz(payload)
+            self.events.append(np.rec.fromarrays([z[n] for n in EVENT_DTYPE.names
+                                                  if n != "pad"],
+                                                 names=[n for n in EVENT_DTYPE.names
+                                                        if n != "pad"]))
+        # Unknown kinds are skipped: newer writers may add blocks.
+
+    def finish(self, path: str) -> Capture:
+        cap = self.cap
+        if not cap.meta:
+            raise CaptureError(f"{path} holds no complete metadata block")
+        cap.stack_offsets = np.concatenate(self.offsets)
+        cap.stack_frames = (np.concatenate(self.frames) if self.frames
+                            else np.zeros(0, np.uint64))
+        n = cap.stack_count + 1  # row 0 is "no stack"
+        have = len(next(iter(cap.sites.values()))) if cap.sites else 0
+        if have > n:
+            raise CaptureError(f"{path}: aggregates name stacks the capture does not hold")
+        # Stacks that appeared after the last snapshot have no aggregates yet: zeros.
+        cap.sites = {k: np.concatenate([cap.sites.get(k, np.zeros(0, np.uint64)),
+                                        np.zeros(n - have, np.uint64)]) for k in SITE_COLUMNS}
+        cap.series = {k: np.concatenate(v) for k, v in self.series.items()}
+        if self.events:
+            cap.events = np.concatenate(self.events)
+        return cap
+
+
+# ---- Recording a live session ----
+
+@dataclass
+class Recorder:
+    """Follows a live session: samples the time series every tick, and (with a path) appends
+    new stacks, snapshots of the aggregates and events to the capture file as it goes."""
+
+    session: object
+    path: str | None = None
+    snapshot_every: float = 60.0
+    record_events: bool = False
+    writer: Writer | None = None
+    stacks_written: int = 0
+    series: dict = field(default_factory=lambda: {k: [] for k in SERIES_COLUMNS})
+    top: dict = field(default_factory=lambda: {"top_time_s": [], "top_stack": [],
+                                               "top_bytes": []})
+    events: list = field(default_factory=list)
+    modules_written: int = -1
+    _last_snapshot: float = 0.0
+    _t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self):
+        if self.path:
+            self.writer = Writer(self.path)
+
+    def start(self) -> None:
+        """Once attached."""
+        if self.record_events:
+            self.session.consumer.record_events(True)
+        if self.writer:
+            self.writer.json(b"META", self.session.metadata())
+            self._modules()
+        self._t0 = self._last_snapshot = time.monotonic()
+
+    def _modules(self) -> None:
+        if self.writer and len(self.session.modules) != self.modules_written:
+            self.writer.json(b"MODS", module_table(self.session.modules.values()))
+            self.modules_written = len(self.session.modules)
+
+    def _stacks(self) -> None:
+        offsets, frames = self.session.consumer.stacks(self.stacks_written)
+        if len(offsets) > 1:
+            if self.writer:
+                self.writer.arrays(b"STKS", first=np.array(self.stacks_written, np.uint64),
+                                   offsets=offsets, frames=frames)
+            self.stacks_written += len(offsets) - 1
+
+    def _events(self) -> np.ndarray | None:
+        if not self.record_events:
+            return None
+        consumer = self.session.consumer
+        raw = np.frombuffer(consumer.take_events(), dtype=EVENT_DTYPE)
+        ev = np.rec.fromarrays([raw[n] for n in EVENT_DTYPE.names if n != "pad"],
+                               names=[n for n in EVENT_DTYPE.names if n != "pad"])
+        ev["ts"] = ((ev["ts"].astype(np.float64) - consumer.clock_origin)
+                    * consumer.ticks_to_ns()).astype(np.uint64)
+        return ev
+
+    def tick(self, final: bool = False) -> None:
+        consumer = self.session.consumer
+        now = time.monotonic() - self._t0
+        totals = consumer.totals()
+        row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]}}
+        for k in SERIES_COLUMNS:
+            self.series[k].append(row[k])
+        out = consumer.sites()["outstanding_bytes"]
+        top = np.argsort(-out.astype(np.float64))[:TOP_STACKS]
+        top = top[out[top] > 0]
+        self.top["top_time_s"] += [now] * len(top)
+        self.top["top_stack"] += top.tolist()
+        self.top["top_bytes"] += out[top].tolist()
+        ev = self._events()
+        if ev is not None:
+            self.events.append(ev)
+        if not self.writer:
+            return
+        self._modules()
+        self._stacks()
+        self.writer.arrays(b"TSER", **{k: np.asarray([row[k]]) for k in SERIES_COLUMNS},
+                           top_time_s=np.full(len(top), now), top_stack=top.astype(np.uint64),
+                           top_bytes=out[top])
+        if ev is not None and len(ev):
+            self.writer.arrays(b"EVTS", **{n: ev[n] for n in ev.dtype.names})
+        if final or time.monotonic() - self._last_snapshot >= self.snapshot_every:
+            self.writer.json(b"META", {"totals": _ints(totals)})
+            self.writer.arrays(b"AGGR", **consumer.sites())
+            self._last_snapshot = time.monotonic()
+
+    def finish(self) -> Capture:
+        """After detach: the final tick, the closing blocks, and the whole capture in memory."""
+        self.tick(final=True)
+        consumer = self.session.consumer
+        meta = self.session.metadata()
+        meta["totals"] = _ints(consumer.totals())
+        if self.writer:
+            self.writer.json(b"META", meta)
+            self.writer.close()
+        offsets, frames = consumer.stacks(0)
+        series = {k: np.asarray(v) for k, v in self.series.items()}
+        series.update({"top_time_s": np.asarray(self.top["top_time_s"], np.float64),
+                       "top_stack": np.asarray(self.top["top_stack"], np.uint64),
+                       "top_bytes": np.asarray(self.top["top_bytes"], np.uint64)})
+        return Capture(meta, module_table(self.session.modules.values()),
+                       {k: v.astype(np.uint64) for k, v in consumer.sites().items()},
+                       offsets.astype(np.uint64), frames.astype(np.uint64), series,
+                       np.concatenate(self.events) if self.events else None, True)
+
+
+def _ints(d: dict) -> dict:
+    return {k: int(v) for k, v in d.items()}
+
+
+def module_table(modules) -> list:
+    return [asdict(m) for m in modules]

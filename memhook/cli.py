@@ -66,42 +66,93 @@ def attach_parser() -> Parser:
     p.add_argument("--ring-size", type=size_arg, default=4 << 20,
                    help="bytes per thread ring (power of two, default 4MiB)")
     p.add_argument("--rings", type=int, default=64, help="rings (writer threads) (default 64)")
+    p.add_argument("--record-events", action="store_true",
+                   help="keep every event in the capture (for lifetime analyses)")
+    p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
+                   help="seconds between aggregate snapshots in the capture (default 60)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
     return p
 
 
 def report_parser() -> Parser:
-    p = Parser(prog="memhook report", description="Report on a capture file.")
+    p = Parser(prog="memhook report", description="Report on a capture file, on this host or "
+               "another one.")
     p.add_argument("capture", help="capture file written by memhook -o")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed"), default="text",
+                   help="text (default), json, pprof (gzip profile.proto), collapsed (folded "
+                   "stacks for flame graphs)")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")
     p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
-    p.add_argument("--min-size", type=size_arg, default=0)
-    p.add_argument("--max-size", type=size_arg, default=None)
+    p.add_argument("--min-size", type=size_arg, default=0,
+                   help="only stacks whose average allocation is at least this size")
+    p.add_argument("--max-size", type=size_arg, default=None,
+                   help="only stacks whose average allocation is at most this size")
+    p.add_argument("--module", help="only stacks with a frame in a module whose path contains "
+                   "this")
+    p.add_argument("--function", help="only stacks with a frame whose function matches this "
+                   "regular expression")
+    p.add_argument("--weight", choices=("outstanding", "allocated", "count"),
+                   default="outstanding", help="collapsed format: what a stack weighs")
+    p.add_argument("--diff", metavar="OTHER", help="per-stack change in outstanding bytes from "
+                   "this capture to OTHER")
+    p.add_argument("--debug-dir", action="append", default=[],
+                   help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
+                   "repeatable; /usr/lib/debug is always searched")
+    p.add_argument("--sysroot", help="look for modules under this directory first")
     return p
 
 
-def emit(text: str, path: str | None) -> None:
+def emit(text, path: str | None) -> None:
+    data = text if isinstance(text, bytes) else (text + "\n").encode()
     if path:
-        with open(path, "w") as f:
-            f.write(text + "\n")
+        with open(path, "wb") as f:
+            f.write(data)
+    elif isinstance(text, bytes) and sys.stdout.isatty():
+        raise UsageError("pprof output is binary: write it with -o FILE")
     else:
-        print(text, flush=True)
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
 
 
 def run_report(argv: list[str]) -> int:
-    from . import capture, report
+    from . import capture, pprof, report
+    from .symbolize import Lookup, Symbolizer
     a = report_parser().parse_args(argv)
     if a.top is not None and a.top < 1:
         raise UsageError("--top must be at least 1")
+    try:
+        lookup = Lookup(a.debug_dir, a.sysroot)
+        filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
-    rep = report.build(cap, min_size=a.min_size, max_size=a.max_size, top=a.top)
+    symbolizer = Symbolizer(cap.modules, lookup)
     if not cap.complete:
         print(f"memhook: warning: {a.capture} was cut off; reporting what it holds",
               file=sys.stderr)
-    text = json.dumps(rep, indent=1) if a.format == "json" else report.render_text(
-        rep, top=a.top or 10)
-    emit(text, a.output)
+    if a.diff:
+        if a.format not in ("text", "json"):
+            raise UsageError("--diff reports as text or json")
+        other = capture.read(a.diff)
+        other_symbolizer = Symbolizer(other.modules, lookup)
+        everything = report.Filters(a.min_size, a.max_size, a.module, a.function)
+        d = report.diff(report.build(cap, symbolizer, everything),
+                        report.build(other, other_symbolizer, everything), cap, other)
+        if a.top:
+            d["sites"] = d["sites"][:a.top]
+        emit(json.dumps(d, indent=1) if a.format == "json"
+             else report.render_diff_text(d, top=a.top or 10), a.output)
+        return EXIT_OK
+    rep = report.build(cap, symbolizer, filters)
+    if a.format == "json":
+        out = json.dumps(rep, indent=1)
+    elif a.format == "pprof":
+        out = pprof.profile(cap, rep, symbolizer)
+    elif a.format == "collapsed":
+        out = report.render_collapsed(rep, a.weight)
+    else:
+        out = report.render_text(rep, top=a.top or 10)
+    emit(out, a.output)
     return EXIT_OK
 
 
@@ -110,8 +161,7 @@ def live_lines(session, symbolizer, top: int) -> list[str]:
     import numpy as np
     consumer = session.consumer
     t = consumer.totals()
-    sites = consumer.sites()
-    out = sites["outstanding_bytes"]
+    out = consumer.sites()["outstanding_bytes"]
     offsets, frames = consumer.stacks()
     lines = [f"[{time.strftime('%H:%M:%S')}] outstanding {human_bytes(t['outstanding_bytes'])} in "
              f"{t['outstanding_count']} blocks; {t['alloc_count']} allocs, {t['free_count']} frees, "
@@ -125,8 +175,50 @@ def live_lines(session, symbolizer, top: int) -> list[str]:
     return lines
 
 
+def report_attached(session, result: dict) -> None:
+    late = result.get("late", 0)
+    print(f"memhook: attached to PID {session.pid} ({session.info.command}): "
+          f"{len(session.patched)} slots patched"
+          + (f", {late} in libraries loaded meanwhile" if late else "")
+          + (f", {len(session.skipped)} left alone" if session.skipped else "")
+          + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for path, why in session.skipped_objects:
+        if why != "the dynamic loader":
+            print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
+    for slot, value in session.skipped:
+        held = "is unreadable" if value is None else f"holds 0x{value:x}"
+        print(f"memhook: left alone: the {slot.symbol} slot at 0x{slot.addr:x} in {slot.module} "
+              f"{held}, not {slot.symbol} itself", file=sys.stderr)
+
+
+def follow(session, recorder, a, stop: dict) -> None:
+    """Until Ctrl-C, --duration or the target's exit: sample, record and show, every interval."""
+    from . import elf
+    from .symbolize import Symbolizer
+    symbolizer = Symbolizer(session.modules.values())
+    t0 = time.monotonic()
+    next_tick = t0 + a.interval
+    while not stop["reason"]:
+        time.sleep(0.05)
+        now = time.monotonic()
+        if not session.target_alive():
+            stop["reason"] = "target exited"
+        elif a.duration and now - t0 >= a.duration:
+            stop["reason"] = "duration reached"
+        if now >= next_tick and not stop["reason"]:
+            next_tick = now + a.interval
+            known = len(session.modules)
+            if session.target_alive():
+                session.modules = elf.modules(session.pid, session.modules)
+            if len(session.modules) != known:
+                symbolizer.set_modules(session.modules.values())
+            recorder.tick()
+            if not a.no_live:
+                print("\n".join(live_lines(session, symbolizer, a.top)), flush=True)
+
+
 def run_attach(argv: list[str]) -> int:
-    from . import capture, elf, report
+    from . import capture, report
     from .session import MAX_SIZE, Options, Session
     from .symbolize import Symbolizer
     a = attach_parser().parse_args(argv)
@@ -149,56 +241,31 @@ def run_attach(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     session = Session(a.pid, opts)
+    # Opened before attaching: an unwritable -o fails while the target is untouched.
+    recorder = capture.Recorder(session, a.output, snapshot_every=a.snapshot_interval,
+                                record_events=a.record_events)
     result = session.attach()
-    late = result.get("late", 0)
-    print(f"memhook: attached to PID {a.pid} ({session.info.command}): "
-          f"{len(session.patched)} slots patched"
-          + (f", {late} in libraries loaded meanwhile" if late else "")
-          + (f", {len(session.skipped)} left alone" if session.skipped else "")
-          + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
-    for path, why in session.skipped_objects:
-        if why != "the dynamic loader":
-            print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
-    for slot, value in session.skipped:
-        held = "is unreadable" if value is None else f"holds 0x{value:x}"
-        print(f"memhook: left alone: the {slot.symbol} slot at 0x{slot.addr:x} in {slot.module} "
-              f"{held}, not {slot.symbol} itself", file=sys.stderr)
-    symbolizer = Symbolizer(session.modules.values())
-    series = {k: [] for k in ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
-                              "free_count", "dropped_events")}
-    t0 = time.monotonic()
-    next_view = t0 + a.interval
-    while not stop["reason"]:
-        time.sleep(0.05)
-        now = time.monotonic()
-        if not session.target_alive():
-            stop["reason"] = "target exited"
-        elif a.duration and now - t0 >= a.duration:
-            stop["reason"] = "duration reached"
-        if now >= next_view or stop["reason"]:
-            t = session.consumer.totals()
-            series["time_s"].append(now - t0)
-            for k in list(series)[1:]:
-                series[k].append(t[k])
-            next_view = now + a.interval
-            if not a.no_live and not stop["reason"]:
-                session.modules = elf.modules(a.pid, session.modules) if session.target_alive() \
-                    else session.modules
-                symbolizer = Symbolizer(session.modules.values())
-                print("\n".join(live_lines(session, symbolizer, a.top)), flush=True)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # detaching must not be cut short
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    session.detach(stop["reason"])
+    try:
+        report_attached(session, result)
+        recorder.start()
+        follow(session, recorder, a, stop)
+    finally:  # whatever happened since attach, the target gets its slots back
+        stop["reason"] = stop["reason"] or "error"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # detaching must not be cut short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        session.detach(stop["reason"])
     print(f"memhook: detached ({stop['reason']}): {session.restored} slots restored"
           + (f"; target paused {session.pause_ms['detach']:.1f} ms"
              if "detach" in session.pause_ms else ""), flush=True)
-    cap = report.capture_from_session(session, series)
+    cap = recorder.finish()
     if a.output:
-        capture.write(a.output, cap)
-        print(f"memhook: capture written to {a.output}", flush=True)
-    rep = report.build(cap, min_size=0, symbolizer=Symbolizer(session.modules.values()))
-    print(json.dumps(rep, indent=1) if a.format == "json" else report.render_text(rep, a.top),
-          flush=True)
+        print(f"memhook: capture written to {a.output} ({recorder.writer.bytes} bytes)",
+              flush=True)
+    rep = report.build(cap, Symbolizer(cap.modules))
+    if a.format == "json":
+        print(json.dumps(rep, indent=1), flush=True)
+    else:
+        print(report.render_text(rep, a.top), flush=True)
     if session.detach_error:
         print(f"memhook: could not restore the slots ({session.detach_error}); the target "
               "keeps running with memhook's hooks in place", file=sys.stderr)

@@ -296,6 +296,8 @@ class Module:
     bias: int
     lo: int
     hi: int
+    size: int = 0    # of the mapped file
+    mtime: int = 0
 
 
 def modules(pid: int, known: dict | None = None) -> dict:
@@ -327,5 +329,7 @@ def modules(pid: int, known: dict | None = None) -> dict:
                 if not loads:
                     continue
                 bias = run[0].start - (loads[0].p_vaddr & ~(PAGE - 1))
-                known[key] = Module(path, build_id(elf), bias, run[0].start, run[-1].end)
+                st = os.fstat(f.fileno())
+                known[key] = Module(path, build_id(elf), bias, run[0].start, run[-1].end,
+                                    st.st_size, int(st.st_mtime))
     return known

@@ -1,64 +1,96 @@
-"""Reports: the JSON contract (README, "JSON report") and the human-readable text view."""
+"""Reports from a capture: the JSON contract (README, "JSON report"), text, folded stacks, and
+the per-stack difference between two captures."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+import re
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import capture, elf, hooks
+from . import hooks
+from .capture import SERIES_COLUMNS, Capture
 from .symbolize import Symbolizer
 
-SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes",
-                "outstanding_count", "outstanding_bytes", "op_mask")
+SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+             "outstanding_bytes")
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
               "outstanding_bytes", "unknown_free_count", "dropped_events")
+WEIGHTS = {"outstanding": "outstanding_bytes", "allocated": "alloc_bytes", "count": "alloc_count"}
 
 
-def capture_from_session(session, timeseries: dict) -> capture.Capture:
-    consumer = session.consumer
-    meta = session.metadata()
-    meta["totals"] = {k: int(v) for k, v in consumer.totals().items()}
-    arrays = {f"site_{k}": v for k, v in consumer.sites().items()}
-    arrays["stack_offsets"], arrays["stack_frames"] = consumer.stacks()
-    arrays.update({f"ts_{k}": np.asarray(v) for k, v in timeseries.items()})
-    return capture.Capture(meta, [asdict(m) for m in session.modules.values()], arrays, True)
+@dataclass
+class Filters:
+    min_size: int = 0            # on a site's average allocation size
+    max_size: int | None = None
+    module: str | None = None    # substring of any frame's module path
+    function: str | None = None  # regex searched in any frame's function name
+    top: int | None = None
+
+    def __post_init__(self):
+        try:
+            self._fn = re.compile(self.function) if self.function else None
+        except re.error as e:
+            raise ValueError(f"invalid --function pattern: {e}") from None
+
+    def keep(self, frames: list) -> bool:
+        if self.module and not any(self.module in (f["module"] or "") for f in frames):
+            return False
+        if self._fn and not any(self._fn.search(f["function"] or "") for f in frames):
+            return False
+        return True
 
 
-def build(cap: capture.Capture, *, min_size: int = 0, max_size: int | None = None,
-          top: int | None = None, symbolizer: Symbolizer | None = None) -> dict:
-    """The JSON report. Sites are sorted by outstanding bytes, largest first. The size filter
-    keeps sites whose average allocation size lies in [min_size, max_size]."""
-    a = cap.arrays
-    if symbolizer is None:
-        symbolizer = Symbolizer([elf.Module(**m) for m in cap.modules])
-    offsets, frames = a["stack_offsets"], a["stack_frames"]
-    count = a["site_alloc_count"]
-    ids = np.nonzero(count)[0]
+def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
+    s = cap.sites
+    ids = np.nonzero(s["alloc_count"])[0]
     ids = ids[ids > 0]
-    avg = a["site_alloc_bytes"][ids] / np.maximum(count[ids], 1)
-    keep = avg >= min_size
-    if max_size is not None:
-        keep &= avg <= max_size
+    avg = s["alloc_bytes"][ids] / np.maximum(s["alloc_count"][ids], 1)
+    keep = avg >= filters.min_size
+    if filters.max_size is not None:
+        keep &= avg <= filters.max_size
     ids = ids[keep]
-    order = np.lexsort((-a["site_alloc_bytes"][ids].astype(np.float64),
-                        -a["site_outstanding_bytes"][ids].astype(np.float64)))
-    ids = ids[order][:top] if top else ids[order]
+    order = np.lexsort((-s["alloc_bytes"][ids].astype(np.float64),
+                        -s["outstanding_bytes"][ids].astype(np.float64)))
+    return ids[order]
+
+
+def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
+    return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
+
+
+def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) -> dict:
+    """The JSON report: sites sorted by outstanding bytes, largest first."""
+    filters = filters or Filters()
     sites = []
-    for i in ids:
-        site = {k: int(a[f"site_{k}"][i]) for k in SITE_COLUMNS if k != "op_mask"}
-        site["operations"] = hooks.operation_names(int(a["site_op_mask"][i]))
-        site["frames"] = [symbolizer.frame(int(x)).as_dict()
-                          for x in frames[int(offsets[i]):int(offsets[i + 1])]]
+    for i in _candidate_stacks(cap, filters):
+        frames = site_frames(cap, int(i), symbolizer)
+        if not filters.keep(frames):
+            continue
+        site = {k: int(cap.sites[k][i]) for k in SITE_KEYS}
+        site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
+        site["frames"] = frames
         sites.append(site)
+        if filters.top and len(sites) >= filters.top:
+            break
     meta = cap.meta
     totals = meta.get("totals", {})
-    return {
+    report = {
         "memhook_report": 1, "pid": meta.get("pid"), "command": meta.get("command"),
         "duration_s": meta.get("duration_s"),
         "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
         "sites": sites,
     }
+    if cap.series and len(cap.series.get("time_s", [])):
+        report["timeseries"] = [
+            {k: (float(cap.series[k][j]) if k == "time_s" else int(cap.series[k][j]))
+             for k in SERIES_COLUMNS} for j in range(len(cap.series["time_s"]))]
+    if symbolizer.problems:
+        report["unsymbolized_modules"] = [{"module": m, "reason": why}
+                                          for m, why in sorted(symbolizer.problems.items())]
+    if not cap.complete:
+        report["incomplete"] = True
+    return report
 
 
 def human_bytes(n: float) -> str:
@@ -72,6 +104,8 @@ def human_bytes(n: float) -> str:
 def frame_text(f: dict) -> str:
     where = f["function"] or (f"{os.path.basename(f['module'])}+0x{f['offset']:x}"
                               if f["module"] else f["address"])
+    if f.get("inlined"):
+        where = "(inlined) " + where
     if f["file"]:
         return f"{where}  {f['file']}:{f['line']}"
     if f["module"]:
@@ -83,7 +117,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     lines = [
         f"memhook report: PID {report['pid']} ({report['command']}), "
-        f"{report['duration_s']} s traced",
+        f"{report['duration_s']} s traced" + (" [capture cut off]" if report.get("incomplete")
+                                              else ""),
         f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "
         f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
         f"  outstanding {t['outstanding_count']} blocks, {t['outstanding_bytes']} bytes "
@@ -91,11 +126,11 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
         f"dropped events: {t['dropped_events']}",
     ]
+    for m in report.get("unsymbolized_modules", []):
+        lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
-    if not leaking:
-        lines.append("No outstanding allocations.")
-    else:
-        lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:")
+    lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
+                 else "No outstanding allocations.")
     for n, s in enumerate(leaking, 1):
         lines.append(f"#{n} {s['outstanding_bytes']} bytes in {s['outstanding_count']} blocks "
                      f"({s['alloc_count']} allocated, {s['free_count']} freed) "
@@ -104,4 +139,68 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             lines.append(f"      {frame_text(f)}")
         if len(s["frames"]) > frames:
             lines.append(f"      ... {len(s['frames']) - frames} more frames")
+    return "\n".join(lines)
+
+
+def _fold_name(f: dict) -> str:
+    name = f["function"] or (f"{os.path.basename(f['module'])}+0x{f['offset']:x}"
+                             if f["module"] else f["address"])
+    return name.replace(";", ":").replace("\n", " ")
+
+
+def render_collapsed(report: dict, weight: str = "outstanding") -> str:
+    """Folded stacks (flamegraph.pl, inferno, speedscope): root first, `;`-separated, then a
+    space and the weight. Stacks of equal text are summed."""
+    key = WEIGHTS[weight]
+    folded: dict = {}
+    for s in report["sites"]:
+        if s[key] <= 0:
+            continue
+        line = ";".join(_fold_name(f) for f in reversed(s["frames"])) or "[unknown]"
+        folded[line] = folded.get(line, 0) + s[key]
+    return "\n".join(f"{k} {v}" for k, v in sorted(folded.items(), key=lambda kv: -kv[1]))
+
+
+def stack_key(frames: list, build_ids: dict) -> tuple:
+    """A stack's identity across processes and hosts: module (by build-id where it has one)
+    and ELF offset per frame; absolute addresses move with ASLR."""
+    return tuple((build_ids.get(f["module"]) or f["module"], f["offset"], bool(f.get("inlined")))
+                 if f["module"] else (None, f["address"], False) for f in frames)
+
+
+def diff(base: dict, other: dict, base_cap: Capture, other_cap: Capture) -> dict:
+    """Per-stack change from `base` to `other` in outstanding bytes and blocks, largest change
+    first; a stack found in one report only counts as zero in the other."""
+    index: dict = {}
+    for which, rep, cap in ((0, base, base_cap), (1, other, other_cap)):
+        ids = {m["path"]: m.get("build_id") for m in cap.modules}
+        for s in rep["sites"]:
+            entry = index.setdefault(stack_key(s["frames"], ids), [None, None])
+            entry[which] = s
+    rows = []
+    for a, b in index.values():
+        before = a["outstanding_bytes"] if a else 0
+        after = b["outstanding_bytes"] if b else 0
+        if before == after:
+            continue
+        rows.append({"outstanding_bytes_before": before, "outstanding_bytes_after": after,
+                     "change_bytes": after - before,
+                     "outstanding_count_change": (b["outstanding_count"] if b else 0)
+                     - (a["outstanding_count"] if a else 0),
+                     "frames": (b or a)["frames"]})
+    rows.sort(key=lambda r: -abs(r["change_bytes"]))
+    return {"memhook_diff": 1, "base": {"pid": base["pid"], "command": base["command"]},
+            "other": {"pid": other["pid"], "command": other["command"]},
+            "change_bytes": other["totals"]["outstanding_bytes"]
+            - base["totals"]["outstanding_bytes"], "sites": rows}
+
+
+def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
+    lines = [f"memhook diff: PID {d['base']['pid']} -> PID {d['other']['pid']}: outstanding "
+             f"{d['change_bytes']:+d} bytes"]
+    for n, r in enumerate(d["sites"][:top], 1):
+        lines.append(f"#{n} {r['change_bytes']:+d} bytes ({r['outstanding_bytes_before']} -> "
+                     f"{r['outstanding_bytes_after']}), {r['outstanding_count_change']:+d} blocks")
+        for f in r["frames"][:frames]:
+            lines.append(f"      {frame_text(f)}")
     return "\n".join(lines)

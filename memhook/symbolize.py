@@ -1,17 +1,29 @@
-"""Return addresses to module, offset, function and file:line, from ELF symbol tables and DWARF
-line programs (pyelftools). Everything is cached per module file."""
+"""Return addresses to module, offset, function, file:line and inlined frames, from ELF symbol
+tables and DWARF (pyelftools), on the capturing host or another one.
+
+Finding a module's files (`Lookup`): the binary by --sysroot + path, then by path; the debug file
+by build-id under each debug directory (`.build-id/ab/cdef….debug`, as /usr/lib/debug lays them
+out), then by the binary's .gnu_debuglink name next to it, in its .debug/ and in each debug
+directory. A file is trusted only if its build-id matches the capture's. Everything is cached per
+file; DWARF is read one compile unit at a time, when an address needs it.
+"""
 from __future__ import annotations
 
 import bisect
 import ctypes
 import ctypes.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
+
+SYSTEM_DEBUG_DIR = "/usr/lib/debug"
+_BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
+ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
+              AssertionError, TypeError)  # pyelftools raises all of these on odd files
 
 
 @dataclass(frozen=True)
@@ -22,10 +34,14 @@ class Frame:
     function: str | None
     file: str | None
     line: int | None
+    inlined: bool = False  # an inlined call inside the next frame (same address)
 
     def as_dict(self) -> dict:
-        return {"address": f"0x{self.address:x}", "module": self.module, "offset": self.offset,
-                "function": self.function, "file": self.file, "line": self.line}
+        d = {"address": f"0x{self.address:x}", "module": self.module, "offset": self.offset,
+             "function": self.function, "file": self.file, "line": self.line}
+        if self.inlined:
+            d["inlined"] = True
+        return d
 
 
 @lru_cache(maxsize=None)
@@ -44,6 +60,7 @@ def _cxa_demangle():
 _libc = ctypes.CDLL(None)
 
 
+@lru_cache(maxsize=65536)
 def demangle(name: str) -> str:
     fn = _cxa_demangle()
     if fn is None or not name.startswith("_Z"):
@@ -58,59 +75,133 @@ def demangle(name: str) -> str:
         _libc.free(ctypes.c_void_p(out))
 
 
+def _open(path: str):
+    f = open(path, "rb")
+    try:
+        return ELFFile(f)
+    except ELFError:
+        f.close()
+        raise
+
+
+def _build_id(elf) -> str:
+    from .elf import build_id
+    return build_id(elf)
+
+
+def _debuglink(elf) -> str | None:
+    sec = elf.get_section_by_name(".gnu_debuglink")
+    if sec is None:
+        return None
+    data = sec.data()
+    return data[:data.index(b"\0")].decode(errors="replace") if b"\0" in data else None
+
+
+@dataclass
+class Lookup:
+    debug_dirs: list = field(default_factory=list)
+    sysroot: str | None = None
+
+    def __post_init__(self):
+        for d in self.debug_dirs:
+            if not os.path.isdir(d) or not os.access(d, os.R_OK | os.X_OK):
+                raise ValueError(f"debug directory {d} cannot be read")
+        if self.sysroot and not os.path.isdir(self.sysroot):
+            raise ValueError(f"sysroot {self.sysroot} is not a directory")
+
+    def _dirs(self) -> list:
+        return [*self.debug_dirs, SYSTEM_DEBUG_DIR]
+
+    def find(self, module: dict):
+        """(binary ELF or None, debug ELF or None, problem or "") for a capture module record."""
+        want = module.get("build_id") or ""
+        path = module["path"].replace(" (deleted)", "")
+        problems = []
+        binary = None
+        candidates = ([os.path.join(self.sysroot, path.lstrip("/"))] if self.sysroot else [])
+        candidates.append(path)
+        for cand in candidates:
+            elf = self._trusted(cand, want, problems)
+            if elf is not None:
+                binary = elf
+                break
+        debug = None
+        if want:
+            for d in self._dirs():
+                debug = self._trusted(os.path.join(d, ".build-id", want[:2], want[2:] + ".debug"),
+                                      want, problems, quiet_missing=True)
+                if debug is not None:
+                    break
+        if debug is None and binary is not None:
+            link = _debuglink(binary)
+            if link:
+                here = os.path.dirname(binary.stream.name)
+                places = [os.path.join(here, link), os.path.join(here, ".debug", link)]
+                places += [os.path.join(d, os.path.dirname(path).lstrip("/"), link)
+                           for d in self._dirs()]
+                places += [os.path.join(d, link) for d in self._dirs()]
+                for p in places:
+                    debug = self._trusted(p, want, problems, quiet_missing=True)
+                    if debug is not None:
+                        break
+        if binary is None and debug is None:
+            return None, None, "; ".join(problems) or "file not found"
+        return binary, debug, ""
+
+    @staticmethod
+    def _trusted(path: str, want: str, problems: list, quiet_missing: bool = False):
+        if not os.path.isfile(path):
+            if not quiet_missing:
+                problems.append(f"{path}: not found")
+            return None
+        try:
+            elf = _open(path)
+        except ELF_ERRORS as e:
+            problems.append(f"{path}: not readable as ELF ({type(e).__name__})")
+            return None
+        have = _build_id(elf)
+        if want and have != want:
+            problems.append(f"{path}: build-id {have or 'missing'}, capture has {want}")
+            elf.stream.close()
+            return None
+        return elf
+
+
 class ModuleSymbols:
-    """Function names and line table of one ELF file, addressed by virtual address."""
+    """Function names (symbol tables of the binary and its debug file) and DWARF lines and
+    inlined calls, addressed by ELF virtual address."""
 
-    def __init__(self, path: str):
-        self.starts = np.zeros(0, dtype=np.uint64)
-        self.ends = np.zeros(0, dtype=np.uint64)
-        self.names: list[str] = []
-        self.line_addrs: list[int] = []
-        self.line_rows: list = []  # (file, line) or None at an end of sequence
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            self._read_symbols(elf)
-            debug = elf if elf.has_dwarf_info() else _separate_debug(elf)
-            if debug is not None:
-                try:
-                    self._read_lines(debug)
-                except (DWARFError, ELFError, KeyError, IndexError, AttributeError):
-                    self.line_addrs, self.line_rows = [], []
-
-    def _read_symbols(self, elf) -> None:
-        funcs = {}
-        for name in (".symtab", ".dynsym"):
-            sec = elf.get_section_by_name(name)
-            if sec is None:
+    def __init__(self, binary, debug):
+        funcs = {}  # address -> (rank, size, name): of aliases, the best-ranked name wins
+        for elf in (debug, binary):
+            if elf is None:
                 continue
-            for sym in sec.iter_symbols():
-                if (sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and sym["st_value"]
-                        and sym.name and sym["st_value"] not in funcs):
-                    funcs[sym["st_value"]] = (max(sym["st_size"], 1), sym.name)
+            for name in (".symtab", ".dynsym"):
+                sec = elf.get_section_by_name(name)
+                if sec is None or sec["sh_type"] == "SHT_NOBITS":
+                    continue
+                for sym in sec.iter_symbols():
+                    if (sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
+                            and sym["st_value"] and sym.name):
+                        rank = (_BINDING_RANK.get(sym["st_info"]["bind"], 3),
+                                sym.name.startswith("__GI_"), len(sym.name))
+                        old = funcs.get(sym["st_value"])
+                        if old is None or rank < old[0]:
+                            funcs[sym["st_value"]] = (rank, max(sym["st_size"], 1), sym.name)
         order = sorted(funcs)
         self.starts = np.array(order, dtype=np.uint64)
-        self.ends = np.array([a + funcs[a][0] for a in order], dtype=np.uint64)
-        self.names = [funcs[a][1] for a in order]
-
-    def _read_lines(self, elf) -> None:
-        dwarf = elf.get_dwarf_info()
-        rows = []
-        for cu in dwarf.iter_CUs():
-            lp = dwarf.line_program_for_CU(cu)
-            if lp is None:
-                continue
-            comp_dir = cu.get_top_DIE().attributes.get("DW_AT_comp_dir")
-            comp_dir = comp_dir.value.decode(errors="replace") if comp_dir else ""
-            names = _file_names(lp, comp_dir)
-            for entry in lp.get_entries():
-                st = entry.state
-                if st is None:
-                    continue
-                rows.append((st.address, None if st.end_sequence else
-                             (names.get(st.file), st.line)))
-        rows.sort(key=lambda r: (r[0], r[1] is not None))
-        self.line_addrs = [r[0] for r in rows]
-        self.line_rows = [r[1] for r in rows]
+        self.ends = np.array([a + funcs[a][1] for a in order], dtype=np.uint64)
+        self.names = [funcs[a][2] for a in order]
+        self.dwarf = None
+        for elf in (debug, binary):
+            if elf is not None and elf.has_dwarf_info():
+                try:
+                    self.dwarf = elf.get_dwarf_info()
+                    break
+                except ELF_ERRORS:
+                    pass
+        self._units: dict = {}
+        self._cu_ranges = None
 
     def function(self, vaddr: int) -> str | None:
         i = int(np.searchsorted(self.starts, vaddr, side="right")) - 1
@@ -118,9 +209,145 @@ class ModuleSymbols:
             return demangle(self.names[i])
         return None
 
-    def line(self, vaddr: int):
+    # -- DWARF, one compile unit at a time --
+
+    def _cu_offset(self, vaddr: int):
+        try:
+            ar = self.dwarf.get_aranges()
+            if ar is not None:
+                off = ar.cu_offset_at_addr(vaddr)
+                if off is not None:
+                    return off
+        except ELF_ERRORS:
+            pass
+        if self._cu_ranges is None:  # no aranges: the top DIE of each unit says its ranges
+            self._cu_ranges = []
+            for cu in self.dwarf.iter_CUs():
+                for lo, hi in _die_ranges(self.dwarf, cu.get_top_DIE(), 0):
+                    self._cu_ranges.append((lo, hi, cu.cu_offset))
+        for lo, hi, off in self._cu_ranges:
+            if lo <= vaddr < hi:
+                return off
+        return None
+
+    def _unit(self, offset: int):
+        if offset not in self._units:
+            try:
+                self._units[offset] = _Unit(self.dwarf, self.dwarf.get_CU_at(offset))
+            except ELF_ERRORS:
+                self._units[offset] = None
+        return self._units[offset]
+
+    def locate(self, vaddr: int) -> list:
+        """[(function or None, file, line)] innermost first; [] without DWARF for vaddr."""
+        if self.dwarf is None:
+            return []
+        try:
+            off = self._cu_offset(vaddr)
+            unit = self._unit(off) if off is not None else None
+            return unit.locate(vaddr) if unit else []
+        except ELF_ERRORS:
+            return []
+
+
+def _die_ranges(dwarf, die, cu_base: int) -> list:
+    a = die.attributes
+    if "DW_AT_low_pc" in a and "DW_AT_high_pc" in a:
+        lo = a["DW_AT_low_pc"].value
+        hi = a["DW_AT_high_pc"]
+        end = hi.value if hi.form == "DW_FORM_addr" else lo + hi.value
+        return [(lo, end)]
+    if "DW_AT_ranges" in a:
+        rl = dwarf.range_lists()
+        if rl is None:
+            return []
+        entries = rl.get_range_list_at_offset(a["DW_AT_ranges"].value, cu=die.cu)
+        out = []
+        base = cu_base
+        for e in entries:
+            name = type(e).__name__
+            if name == "BaseAddressEntry":
+                base = e.base_address
+            elif hasattr(e, "begin_offset"):
+                absolute = getattr(e, "is_absolute", False)
+                lo = e.begin_offset + (0 if absolute else base)
+                hi = e.end_offset + (0 if absolute else base)
+                if hi > lo:
+                    out.append((lo, hi))
+        return out
+    return []
+
+
+class _Unit:
+    """One compile unit: its line table and its functions and inlined calls by address."""
+
+    def __init__(self, dwarf, cu):
+        top = cu.get_top_DIE()
+        comp_dir = top.attributes.get("DW_AT_comp_dir")
+        self.comp_dir = comp_dir.value.decode(errors="replace") if comp_dir else ""
+        base = top.attributes.get("DW_AT_low_pc")
+        base = base.value if base else 0
+        lp = dwarf.line_program_for_CU(cu)
+        self.files = _file_names(lp, self.comp_dir) if lp else {}
+        rows = []
+        if lp is not None:
+            for entry in lp.get_entries():
+                st = entry.state
+                if st is not None:
+                    rows.append((st.address, None if st.end_sequence else (st.file, st.line)))
+        rows.sort(key=lambda r: (r[0], r[1] is not None))
+        self.line_addrs = [r[0] for r in rows]
+        self.line_rows = [r[1] for r in rows]
+        # (lo, hi, depth, die) for every function and inlined call with code
+        self.scopes = []
+        for die in cu.iter_DIEs():
+            if die.tag in ("DW_TAG_subprogram", "DW_TAG_inlined_subroutine"):
+                depth = 0
+                p = die.get_parent()
+                while p is not None:
+                    depth += 1
+                    p = p.get_parent()
+                for lo, hi in _die_ranges(dwarf, die, base):
+                    self.scopes.append((lo, hi, depth, die))
+
+    def _line(self, vaddr: int):
         i = bisect.bisect_right(self.line_addrs, vaddr) - 1
-        return self.line_rows[i] if i >= 0 else None
+        row = self.line_rows[i] if i >= 0 else None
+        return (self.files.get(row[0]), row[1]) if row else (None, None)
+
+    def locate(self, vaddr: int) -> list:
+        scopes = sorted((s for s in self.scopes if s[0] <= vaddr < s[1]), key=lambda s: -s[2])
+        file, line = self._line(vaddr)
+        out = []
+        for _, _, _, die in scopes:
+            out.append((_die_name(die), file, line))
+            if die.tag != "DW_TAG_inlined_subroutine":
+                break
+            a = die.attributes
+            cf = a.get("DW_AT_call_file")
+            file = self.files.get(cf.value) if cf else None
+            line = a["DW_AT_call_line"].value if "DW_AT_call_line" in a else None
+        if not out and file:
+            out.append((None, file, line))
+        return out
+
+
+def _die_name(die, hops: int = 0):
+    a = die.attributes
+    for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name"):
+        if key in a:
+            return demangle(a[key].value.decode(errors="replace"))
+    for key in ("DW_AT_abstract_origin", "DW_AT_specification"):
+        if key in a and hops < 4:
+            try:
+                name = _die_name(die.get_DIE_from_attribute(key), hops + 1)
+            except ELF_ERRORS:
+                name = None
+            if name:
+                return name
+    if "DW_AT_name" in a:
+        return a["DW_AT_name"].value.decode(errors="replace")
+    return None
 
 
 def _file_names(lp, comp_dir: str) -> dict:
@@ -142,50 +369,61 @@ def _file_names(lp, comp_dir: str) -> dict:
     return out
 
 
-def _separate_debug(elf):
-    """The distribution's debug file for this build-id (/usr/lib/debug/.build-id/ab/cdef.debug)."""
-    from .elf import build_id
-    bid = build_id(elf)
-    path = f"/usr/lib/debug/.build-id/{bid[:2]}/{bid[2:]}.debug" if bid else ""
-    if not path or not os.path.exists(path):
-        return None
-    try:
-        return ELFFile(open(path, "rb"))
-    except (OSError, ELFError):
-        return None
-
-
 class Symbolizer:
-    """Resolves return addresses against a module table (from elf.modules or a capture)."""
+    """Resolves return addresses against a capture's module table."""
 
-    def __init__(self, modules):
-        self.modules = sorted(modules, key=lambda m: m.lo)
-        self._los = [m.lo for m in self.modules]
+    def __init__(self, modules, lookup: Lookup | None = None):
+        self.lookup = lookup or Lookup()
         self._symbols: dict = {}
+        self.problems: dict = {}  # module path -> why it could not be symbolized
+        self.set_modules(modules)
+
+    def set_modules(self, modules) -> None:
+        """A new module table (libraries came or went); per-file symbols are kept."""
+        self.modules = sorted((m if isinstance(m, dict) else vars(m) for m in modules),
+                              key=lambda m: m["lo"])
+        self._los = [m["lo"] for m in self.modules]
         self._cache: dict = {}
 
-    def _module_symbols(self, path: str):
-        if path not in self._symbols:
-            try:
-                self._symbols[path] = ModuleSymbols(path)
-            except (OSError, ELFError, DWARFError):
-                self._symbols[path] = None
-        return self._symbols[path]
+    def _module_symbols(self, module: dict):
+        key = (module["path"], module.get("build_id"))
+        if key not in self._symbols:
+            binary, debug, problem = self.lookup.find(module)
+            if problem:
+                self.problems[module["path"]] = problem
+                self._symbols[key] = None
+            else:
+                try:
+                    self._symbols[key] = ModuleSymbols(binary, debug)
+                except ELF_ERRORS as e:
+                    self.problems[module["path"]] = f"unreadable symbols ({type(e).__name__})"
+                    self._symbols[key] = None
+        return self._symbols[key]
 
-    def frame(self, address: int) -> Frame:
+    def frames(self, address: int) -> list:
+        """The frames at one return address, innermost (inlined) first."""
         if address in self._cache:
             return self._cache[address]
         i = bisect.bisect_right(self._los, address) - 1
-        module = self.modules[i] if i >= 0 and address < self.modules[i].hi else None
+        module = self.modules[i] if i >= 0 and address < self.modules[i]["hi"] else None
         if module is None:
-            frame = Frame(address, None, None, None, None, None)
+            out = [Frame(address, None, None, None, None, None)]
         else:
-            vaddr = address - module.bias
-            syms = self._module_symbols(module.path)
+            vaddr = address - module["bias"]
+            syms = self._module_symbols(module)
             # A return address points after the call: look up the call instruction itself.
-            function = syms.function(vaddr - 1) if syms else None
-            row = syms.line(vaddr - 1) if syms else None
-            frame = Frame(address, module.path, vaddr, function,
-                          row[0] if row else None, row[1] if row else None)
-        self._cache[address] = frame
-        return frame
+            where = syms.locate(vaddr - 1) if syms else []
+            outer = syms.function(vaddr - 1) if syms else None
+            if not where:
+                out = [Frame(address, module["path"], vaddr, outer, None, None)]
+            else:
+                out = [Frame(address, module["path"], vaddr, name, f, ln, inlined=True)
+                       for name, f, ln in where[:-1]]
+                name, f, ln = where[-1]
+                out.append(Frame(address, module["path"], vaddr, outer or name, f, ln))
+        self._cache[address] = out
+        return out
+
+    def frame(self, address: int) -> Frame:
+        """The outermost frame at an address (the function the return address is in)."""
+        return self.frames(address)[-1]
