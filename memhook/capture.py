@@ -202,7 +202,7 @@ class _Assembly:
         cap.stack_offsets = np.concatenate(self.offsets)
         cap.stack_frames = (np.concatenate(self.frames) if self.frames
                             else np.zeros(0, np.uint64))
-        n = cap.stack_count + 1  # row 0 is "no stack"
+        n = cap.stack_count  # stack ids count from 0, the "no stack" row
         have = len(next(iter(cap.sites.values()))) if cap.sites else 0
         if have > n:
             raise CaptureError(f"{path}: aggregates name stacks the capture does not hold")

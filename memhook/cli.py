@@ -99,6 +99,10 @@ def report_parser() -> Parser:
                    help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
                    "repeatable; /usr/lib/debug is always searched")
     p.add_argument("--sysroot", help="look for modules under this directory first")
+    p.add_argument("--symbolizer", choices=("auto", "pyelftools", "llvm-symbolizer", "addr2line",
+                                            "eu-addr2line"), default="auto",
+                   help="file:line and inlined frames: a system symbolizer when installed "
+                   "(auto), or pyelftools (always available, slower on large binaries)")
     return p
 
 
@@ -126,7 +130,10 @@ def run_report(argv: list[str]) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
-    symbolizer = Symbolizer(cap.modules, lookup)
+    try:
+        symbolizer = Symbolizer(cap.modules, lookup, a.symbolizer)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if not cap.complete:
         print(f"memhook: warning: {a.capture} was cut off; reporting what it holds",
               file=sys.stderr)
@@ -134,7 +141,7 @@ def run_report(argv: list[str]) -> int:
         if a.format not in ("text", "json"):
             raise UsageError("--diff reports as text or json")
         other = capture.read(a.diff)
-        other_symbolizer = Symbolizer(other.modules, lookup)
+        other_symbolizer = Symbolizer(other.modules, lookup, a.symbolizer)
         everything = report.Filters(a.min_size, a.max_size, a.module, a.function)
         d = report.diff(report.build(cap, symbolizer, everything),
                         report.build(other, other_symbolizer, everything), cap, other)

@@ -62,8 +62,10 @@ def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
 def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) -> dict:
     """The JSON report: sites sorted by outstanding bytes, largest first."""
     filters = filters or Filters()
+    candidates = _candidate_stacks(cap, filters)
+    symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
     sites = []
-    for i in _candidate_stacks(cap, filters):
+    for i in candidates:
         frames = site_frames(cap, int(i), symbolizer)
         if not filters.keep(frames):
             continue

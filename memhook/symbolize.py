@@ -12,7 +12,10 @@ from __future__ import annotations
 import bisect
 import ctypes
 import ctypes.util
+import json
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -167,6 +170,89 @@ class Lookup:
         return elf
 
 
+class LineTool:
+    """file:line and inlined calls for many addresses in one run of a system symbolizer:
+    llvm-symbolizer (JSON output) or GNU/elfutils addr2line. Much faster than pyelftools on
+    large binaries; pyelftools remains the path that is always there."""
+
+    CHOICES = ("auto", "pyelftools", "llvm-symbolizer", "addr2line", "eu-addr2line")
+
+    def __init__(self, name: str, path: str):
+        self.name, self.path = name, path
+
+    @classmethod
+    def find(cls, choice: str = "auto"):
+        if choice == "pyelftools":
+            return None
+        names = ("llvm-symbolizer", "eu-addr2line", "addr2line") if choice == "auto" else (choice,)
+        for name in names:
+            path = shutil.which(name)
+            if path:
+                return cls(name, path)
+        if choice != "auto":
+            raise ValueError(f"{choice} is not installed")
+        return None
+
+    def locate_many(self, elf_path: str, vaddrs: list) -> dict:
+        """{vaddr: [(function, file, line)] innermost first}; addresses it cannot place are
+        left out, and a tool that fails yields {} (pyelftools then answers)."""
+        if not vaddrs:
+            return {}
+        query = "\n".join(f"0x{a:x}" for a in vaddrs) + "\n"
+        if self.name == "llvm-symbolizer":
+            cmd = [self.path, f"--obj={elf_path}", "--output-style=JSON", "--inlines",
+                   "--demangle"]
+        else:
+            cmd = [self.path, "-a", "-f", "-i", "-C", "-e", elf_path]
+        try:
+            out = subprocess.run(cmd, input=query, capture_output=True, text=True,
+                                 timeout=600).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        return self._parse_json(out) if self.name == "llvm-symbolizer" else \
+            self._parse_addr2line(out)
+
+    @staticmethod
+    def _parse_json(out: str) -> dict:
+        found = {}
+        for line in out.splitlines():
+            try:
+                rec = json.loads(line)
+                addr = int(rec["Address"], 16)
+                frames = [(f["FunctionName"] or None, f["FileName"] or None, f["Line"] or None)
+                          for f in rec["Symbol"] if f["FileName"]]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if frames:
+                found[addr] = [(fn, os.path.normpath(fl), ln) for fn, fl, ln in frames]
+        return found
+
+    @staticmethod
+    def _parse_addr2line(out: str) -> dict:
+        found, addr, pending = {}, None, []
+        lines = out.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("0x") and (i + 1 < len(lines)) and not line.startswith("0x0 "):
+                try:
+                    addr = int(line, 16)
+                    found.setdefault(addr, [])
+                    continue
+                except ValueError:
+                    pass
+            if addr is None:
+                continue
+            if not pending:
+                pending = [line]
+                continue
+            fn = None if pending[0] == "??" else pending[0]
+            file, _, ln = line.rpartition(":")
+            ln = ln.split()[0] if ln else ""
+            if file and file != "??" and ln.isdigit() and int(ln):
+                found[addr].append((fn, os.path.normpath(file), int(ln)))
+            pending = []
+        return {a: f for a, f in found.items() if f}
+
+
 class ModuleSymbols:
     """Function names (symbol tables of the binary and its debug file) and DWARF lines and
     inlined calls, addressed by ELF virtual address."""
@@ -193,15 +279,18 @@ class ModuleSymbols:
         self.ends = np.array([a + funcs[a][1] for a in order], dtype=np.uint64)
         self.names = [funcs[a][2] for a in order]
         self.dwarf = None
+        self.dwarf_path = None  # the file that holds the DWARF, for a LineTool
         for elf in (debug, binary):
             if elf is not None and elf.has_dwarf_info():
                 try:
                     self.dwarf = elf.get_dwarf_info()
+                    self.dwarf_path = elf.stream.name
                     break
                 except ELF_ERRORS:
                     pass
         self._units: dict = {}
         self._cu_ranges = None
+        self.located: dict = {}  # vaddr -> frames, from a LineTool batch
 
     def function(self, vaddr: int) -> str | None:
         i = int(np.searchsorted(self.starts, vaddr, side="right")) - 1
@@ -240,6 +329,8 @@ class ModuleSymbols:
 
     def locate(self, vaddr: int) -> list:
         """[(function or None, file, line)] innermost first; [] without DWARF for vaddr."""
+        if vaddr in self.located:
+            return self.located[vaddr]
         if self.dwarf is None:
             return []
         try:
@@ -372,7 +463,8 @@ def _file_names(lp, comp_dir: str) -> dict:
 class Symbolizer:
     """Resolves return addresses against a capture's module table."""
 
-    def __init__(self, modules, lookup: Lookup | None = None):
+    def __init__(self, modules, lookup: Lookup | None = None, tool: str = "auto"):
+        self.line_tool = LineTool.find(tool)
         self.lookup = lookup or Lookup()
         self._symbols: dict = {}
         self.problems: dict = {}  # module path -> why it could not be symbolized
@@ -400,12 +492,29 @@ class Symbolizer:
                     self._symbols[key] = None
         return self._symbols[key]
 
+    def _module_of(self, address: int):
+        i = bisect.bisect_right(self._los, address) - 1
+        return self.modules[i] if i >= 0 and address < self.modules[i]["hi"] else None
+
+    def prepare(self, addresses) -> None:
+        """Look many addresses up at once: one LineTool run per module file."""
+        if self.line_tool is None:
+            return
+        by_module: dict = {}
+        for a in set(int(x) for x in addresses):
+            m = self._module_of(a)
+            if m is not None:
+                by_module.setdefault(id(m), (m, []))[1].append(a - m["bias"] - 1)
+        for m, vaddrs in by_module.values():
+            syms = self._module_symbols(m)
+            if syms is not None and syms.dwarf_path:
+                syms.located.update(self.line_tool.locate_many(syms.dwarf_path, vaddrs))
+
     def frames(self, address: int) -> list:
         """The frames at one return address, innermost (inlined) first."""
         if address in self._cache:
             return self._cache[address]
-        i = bisect.bisect_right(self._los, address) - 1
-        module = self.modules[i] if i >= 0 and address < self.modules[i]["hi"] else None
+        module = self._module_of(address)
         if module is None:
             out = [Frame(address, None, None, None, None, None)]
         else:

@@ -21,6 +21,13 @@ NOINLINE static void deep(int n) {
   else deep(n - 1);
   __asm__ volatile("" ::: "memory");  /* not a tail call: every level keeps its frame */
 }
+/* Inlined into its caller: the report shows both, the inlined call marked as such. */
+static inline __attribute__((always_inline)) void* make_buffer(size_t n) {
+  return malloc(n);
+}
+NOINLINE static void inlined_leak(void) {
+  for (int i = 0; i < 3; i++) memset(make_buffer(88), 1, 1);
+}
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -32,6 +39,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "sizes")) sized_allocs();
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
+    else if (!strcmp(cmd, "inlined")) inlined_leak();
     else if (!strcmp(cmd, "load")) {
       plugin = dlopen(argv[1], RTLD_LAZY);
       if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 2; }
