@@ -144,6 +144,39 @@ def read(path: str) -> Capture:
     return state.finish(path)
 
 
+def _is_u64(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+
+
+# Fields a report reads, and what they must be; other fields are kept as they are.
+META_TYPES = {"pid": (int, type(None)), "command": (str, type(None)),
+              "duration_s": (int, float, type(None)), "started_at": (int, float, type(None)),
+              "totals": (dict,)}
+
+
+def _checked_meta(meta) -> dict:
+    if not isinstance(meta, dict):
+        raise ValueError("metadata is not an object")
+    for key, types in META_TYPES.items():
+        if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool)):
+            raise ValueError(f"metadata field {key} has the wrong type")
+    if not all(_is_u64(v) for v in meta.get("totals", {}).values()):
+        raise ValueError("totals are not counts")
+    return meta
+
+
+def _checked_modules(mods) -> list:
+    if not isinstance(mods, list):
+        raise ValueError("module table is not a list")
+    for m in mods:
+        if not (isinstance(m, dict) and isinstance(m.get("path"), str)
+                and isinstance(m.get("build_id", ""), str)
+                and all(_is_u64(m.get(k)) for k in ("bias", "lo", "hi"))
+                and all(_is_u64(m.get(k, 0)) for k in ("size", "mtime"))):
+            raise ValueError("module record malformed")
+    return mods
+
+
 def _load_npz(payload: bytes) -> dict:
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
@@ -160,15 +193,9 @@ class _Assembly:
 
     def add(self, kind: bytes, payload: bytes) -> None:
         if kind == b"META":
-            meta = json.loads(payload)
-            if not isinstance(meta, dict):
-                raise ValueError("metadata is not an object")
-            self.cap.meta.update(meta)
+            self.cap.meta.update(_checked_meta(json.loads(payload)))
         elif kind == b"MODS":
-            mods = json.loads(payload)
-            if not isinstance(mods, list) or not all(isinstance(m, dict) for m in mods):
-                raise ValueError("module table is not a list of objects")
-            self.cap.modules = mods
+            self.cap.modules = _checked_modules(json.loads(payload))
         elif kind == b"STKS":
             z = _load_npz(payload)
             first, offsets, frames = int(z["first"]), z["offsets"].astype(np.uint64), z["frames"]

@@ -1,0 +1,125 @@
+"""The capture reader against hostile files: random bytes, truncations and mutations of a real
+capture. Every outcome is a Capture whose report builds, or a CaptureError; nothing else, and
+nothing that hangs. Bounded in examples and time."""
+import json
+import zlib
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memhook import capture, report
+from memhook.symbolize import Symbolizer
+
+FUZZ = settings(max_examples=300, deadline=2000, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def sample_capture() -> bytes:
+    frames = np.array([0x1000, 0x2000, 0x3000, 0x1000], np.uint64)
+    sites = {k: np.array([0, 3, 1], np.uint64) for k in capture.SITE_COLUMNS}
+    cap = capture.Capture({"pid": 1, "command": "x", "duration_s": 1.0, "totals": {}},
+                          [{"path": "/nonexistent", "build_id": "ab", "bias": 0, "lo": 0x1000,
+                            "hi": 0x4000}], sites, np.array([0, 0, 3, 4], np.uint64), frames,
+                          {k: np.array([1.0]) for k in capture.SERIES_COLUMNS}, None, True)
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".mh") as f:
+        capture.write(f.name, cap)
+        return open(f.name, "rb").read()
+
+
+VALID = sample_capture()
+
+
+def read_and_report(tmp_path, data: bytes) -> None:
+    path = tmp_path / "fuzz.mh"
+    path.write_bytes(data)
+    try:
+        cap = capture.read(str(path))
+    except capture.CaptureError as e:
+        assert "\n" not in str(e)
+        return
+    rep = report.build(cap, Symbolizer(cap.modules, tool="pyelftools"))
+    json.dumps(rep)
+    report.render_text(rep)
+    report.render_collapsed(rep)
+
+
+def test_the_sample_is_valid(tmp_path):
+    read_and_report(tmp_path, VALID)
+    path = tmp_path / "ok.mh"
+    path.write_bytes(VALID)
+    assert capture.read(str(path)).complete
+
+
+@FUZZ
+@given(st.binary(max_size=4096))
+def test_random_bytes(tmp_path, data):
+    read_and_report(tmp_path, data)
+
+
+@FUZZ
+@given(st.binary(max_size=4096))
+def test_random_bytes_after_a_valid_header(tmp_path, data):
+    read_and_report(tmp_path, VALID[:capture.HEADER.size] + data)
+
+
+@FUZZ
+@given(st.integers(0, len(VALID)))
+def test_truncated(tmp_path, cut):
+    read_and_report(tmp_path, VALID[:cut])
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=8))
+def test_mutated(tmp_path, edits):
+    data = bytearray(VALID)
+    for at, value in edits:
+        data[at] = value
+    read_and_report(tmp_path, bytes(data))
+
+
+def block(kind: bytes, payload: bytes) -> bytes:
+    data = zlib.compress(payload)
+    return capture.BLOCK.pack(kind, zlib.crc32(data), len(data)) + data
+
+
+@FUZZ
+@given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"TSER", b"EVTS"]),
+       st.binary(max_size=2048))
+def test_well_framed_garbage_blocks(tmp_path, kind, payload):
+    """Checksums right, contents wrong: the block decoders must refuse, not crash."""
+    head = VALID[:capture.HEADER.size]
+    read_and_report(tmp_path, head + block(b"META", b'{"pid": 1}') + block(kind, payload))
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("first", "offsets", "frames")),
+                       st.lists(st.integers(0, 2**64 - 1), max_size=6), max_size=10),
+       st.sampled_from([b"STKS", b"AGGR", b"TSER"]))
+def test_array_blocks_with_wrong_shapes(tmp_path, arrays, kind):
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.array(v, np.uint64) for k, v in arrays.items()})
+    head = VALID[:capture.HEADER.size]
+    read_and_report(tmp_path, head + block(b"META", b'{"pid": 1}') + block(kind, buf.getvalue()))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats()
+                    | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.sampled_from(["pid", "totals", "path", "lo", "hi",
+                                                       "bias", "build_id", "command",
+                                                       "duration_s", "alloc_count"]) | st.text(
+                                                           max_size=4), inner, max_size=6),
+                    max_leaves=20)
+
+
+@FUZZ
+@given(JSON, JSON)
+def test_json_blocks_of_any_shape(tmp_path, meta, modules):
+    head = VALID[:capture.HEADER.size]
+    rest = VALID[capture.HEADER.size:]
+    read_and_report(tmp_path, head + block(b"META", json.dumps(meta).encode())
+                    + block(b"MODS", json.dumps(modules).encode()) + rest[:0]
+                    + block(b"META", json.dumps({"totals": meta}).encode()))
