@@ -232,3 +232,22 @@ def test_system_symbolizers_agree_with_pyelftools(captured, tool):
 
     assert own_frames(report_json(cap, "--symbolizer", tool)) == \
         own_frames(report_json(cap, "--symbolizer", "pyelftools"))
+
+
+def test_sysroot(tmp_path, captured):
+    cap, exe = captured
+    root = tmp_path / "rootfs"
+    inside = root / str(exe).lstrip("/")
+    inside.parent.mkdir(parents=True)
+    exe.rename(inside)
+    assert site(report_json(cap, "--sysroot", root), "late_leak")["frames"][0]["line"] > 0
+
+
+def test_unusable_debug_dir_and_sysroot(tmp_path, captured):
+    cap, _ = captured
+    for args, words in ((["--debug-dir", tmp_path / "missing"], "cannot be read"),
+                        (["--sysroot", tmp_path / "missing"], "not a directory"),
+                        (["--symbolizer", "no-such-tool"], "invalid choice")):
+        proc = run_memhook("report", cap, *args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
