@@ -212,6 +212,7 @@ class Consumer {
     running_ = true;
     thread_ = std::thread([this, busy_us, idle_us] {
       while (running_.load(std::memory_order_relaxed)) {
+        __atomic_store_n(&ctl_->heartbeat_ns, monotonic_ns(), __ATOMIC_RELAXED);
         uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);
         size_t n = drain(false);
         int us = n ? busy_us : idle_us;
@@ -356,7 +357,7 @@ class Consumer {
     std::vector<py::tuple> out;
     uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl_->nlate, __ATOMIC_ACQUIRE), kMaxLateSlots);
     for (uint32_t i = 0; i < n; i++) {
-      const LateSlot& s = ctl_->late[i];
+      const PatchedSlot& s = ctl_->late[i];
       out.push_back(py::make_tuple(s.addr, s.original, s.hook, s.hook_id, s.state));
     }
     return out;
@@ -364,6 +365,7 @@ class Consumer {
 
   uint64_t clock_origin() const { return clock0_; }
   bool started() const { return __atomic_load_n(&ctl_->started, __ATOMIC_ACQUIRE) != 0; }
+  bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
 
   bool any_busy() const {
@@ -523,7 +525,7 @@ class Consumer {
 void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
-                    const std::vector<uint64_t>& known) {
+                    const std::vector<uint64_t>& known, double abandon_after_s) {
   if (nrings == 0 || ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
     throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
   if (depth < 1 || depth > (uint32_t)kMaxDepth)
@@ -543,6 +545,8 @@ void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth
   c->min_size = min_size;
   c->max_size = max_size;
   c->target_pid = pid;
+  c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
+  c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
   for (auto& [id, addr] : real)
     if (id > 0 && id < kMaxHooks) c->real[id] = addr;
   c->nknown = (uint32_t)std::min<size_t>(known.size(), kMaxKnownObjects);
@@ -563,7 +567,8 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
-        py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"));
+        py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
+        py::arg("abandon_after_s"));
   m.def("segment_bytes", [](uint32_t nrings, uint32_t ring_bytes) {
     return segment_bytes(nrings, ring_bytes);
   });
@@ -571,7 +576,12 @@ PYBIND11_MODULE(_native, m) {
   // Where memhook's detach script finds the late-patched slots in the target's copy.
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
   m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
-  m.attr("LATE_SLOT_BYTES") = sizeof(LateSlot);
+  m.attr("CONTROL_NSLOTS_OFFSET") = offsetof(Control, nslots);
+  m.attr("CONTROL_SLOTS_OFFSET") = offsetof(Control, slots);
+  m.attr("CONTROL_HEARTBEAT_OFFSET") = offsetof(Control, heartbeat_ns);
+  m.attr("SLOT_BYTES") = sizeof(PatchedSlot);
+  m.attr("MAX_SLOTS") = kMaxSlots;
+  m.attr("MAX_LATE_SLOTS") = kMaxLateSlots;
   m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
@@ -592,6 +602,7 @@ PYBIND11_MODULE(_native, m) {
       .def("ticks_to_ns", &Consumer::ticks_to_ns)
       .def_property_readonly("clock_origin", [](const Consumer& c) { return c.clock_origin(); })
       .def_property_readonly("started", &Consumer::started)
+      .def_property_readonly("abandoned", &Consumer::abandoned)
       .def_property_readonly("lib_base", &Consumer::lib_base)
       .def_property_readonly("dropped", &Consumer::dropped);
 }

@@ -16,6 +16,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
+
+#include <algorithm>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -74,8 +76,12 @@ struct ThreadState {
   uint32_t generation;
   uint32_t tid;
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
+  uint32_t until_check;  // events until this thread next checks memhook's heartbeat
 };
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+constexpr uint32_t kCheckEvery = 4096;
+void check_consumer();
 
 struct Guard {
   ThreadState& t;
@@ -159,11 +165,16 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.woke_at = got->write;
   }
+  t.until_check = kCheckEvery;
   t.ring = got;
   return got;
 }
 
 inline RingHeader* my_ring(ThreadState& t) {
+  if (__builtin_expect(--t.until_check == 0, 0)) {
+    t.until_check = kCheckEvery;
+    check_consumer();
+  }
   if (__builtin_expect(t.generation == g_generation && t.ring != nullptr, 1)) return t.ring;
   return claim_ring(t);
 }
@@ -324,16 +335,26 @@ int hook_id_of(const char* name) {
   return 0;
 }
 
-void note_late_slot(uint64_t addr, uint64_t original, uint64_t hook, int id) {
+void note_late_slot(uint64_t addr, uint64_t original, uint64_t hook, int id, bool readonly) {
   uint32_t i = __atomic_load_n(&g_ctl->nlate, __ATOMIC_RELAXED);
   if (i >= (uint32_t)kMaxLateSlots) return;
-  LateSlot& s = g_ctl->late[i];
+  PatchedSlot& s = g_ctl->late[i];
   s.addr = addr;
   s.original = original;
   s.hook = hook;
   s.hook_id = (uint32_t)id;
-  __atomic_store_n(&s.state, (uint32_t)kSlotPatched, __ATOMIC_RELEASE);
+  s.readonly = readonly;
+  __atomic_store_n(&s.state, (uint16_t)kSlotPatched, __ATOMIC_RELEASE);
   __atomic_store_n(&g_ctl->nlate, i + 1, __ATOMIC_RELEASE);
+}
+
+// One 8-byte store into a slot, through mprotect when the slot's page is read-only (RELRO).
+bool write_slot(uint64_t* slot, uint64_t value, bool readonly) {
+  uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
+  if (readonly && mprotect((void*)page, 4096, PROT_READ | PROT_WRITE) != 0) return false;
+  __atomic_store_n(slot, value, __ATOMIC_RELEASE);
+  if (readonly) mprotect((void*)page, 4096, PROT_READ);
+  return true;
 }
 
 // What the dynamic linker would bind `symbol` to for this object. These calls go through the
@@ -408,10 +429,8 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
       if (!g_real[id] || !(cur == (uint64_t)g_real[id] || (cur >= lo && cur < hi))) continue;
       uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
       bool ro = page >= relro_lo && page < relro_hi;
-      if (ro && mprotect((void*)page, 4096, PROT_READ | PROT_WRITE) != 0) continue;
-      __atomic_store_n(slot, hook, __ATOMIC_RELEASE);
-      if (ro) mprotect((void*)page, 4096, PROT_READ);
-      note_late_slot((uint64_t)slot, cur, hook, id);
+      if (!write_slot(slot, hook, ro)) continue;
+      note_late_slot((uint64_t)slot, cur, hook, id, ro);
     }
   }
 }
@@ -463,9 +482,9 @@ void forget_unloaded() {
     }
     uint32_t n = __atomic_load_n(&g_ctl->nlate, __ATOMIC_ACQUIRE);
     for (uint32_t s = 0; s < n; s++) {
-      LateSlot& ls = g_ctl->late[s];
+      PatchedSlot& ls = g_ctl->late[s];
       if (ls.addr >= g_known[i].lo && ls.addr < g_known[i].hi)
-        __atomic_store_n(&ls.state, (uint32_t)kSlotGone, __ATOMIC_RELEASE);
+        __atomic_store_n(&ls.state, (uint16_t)kSlotGone, __ATOMIC_RELEASE);
     }
     g_known[i] = g_known[--g_nknown];
   }
@@ -473,6 +492,41 @@ void forget_unloaded() {
 }
 
 void forked_child() { memhook_active = 0; }  // the child must not write into the parent's rings
+
+void restore_slots(PatchedSlot* slots, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    PatchedSlot& s = slots[i];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != kSlotPatched) continue;
+    uint64_t* slot = (uint64_t*)s.addr;
+    if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s.hook &&
+        write_slot(slot, s.original, s.readonly))
+      __atomic_store_n(&s.state, (uint16_t)kSlotEmpty, __ATOMIC_RELEASE);
+  }
+}
+
+int g_abandoning;
+
+// memhook stopped beating: pass everything through, put every slot back, give the rings' pages
+// back. Runs once, on whichever thread noticed; takes only the scan lock (dlopen hooks' own).
+__attribute__((noinline)) void abandon() {
+  if (__atomic_exchange_n(&g_abandoning, 1, __ATOMIC_ACQUIRE)) return;
+  __atomic_store_n(&memhook_active, 0, __ATOMIC_RELEASE);
+  Control* c = g_ctl;
+  lock_scan();
+  restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
+  restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
+  unlock_scan();
+  madvise(g_rings, size_t(g_nrings) * ring_stride(g_ring_bytes), MADV_REMOVE);
+  __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
+}
+
+void check_consumer() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  uint64_t now = uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+  uint64_t beat = __atomic_load_n(&g_ctl->heartbeat_ns, __ATOMIC_RELAXED);
+  if (beat && now > beat + g_ctl->abandon_after_ns && active()) abandon();
+}
 
 }  // namespace
 
@@ -630,6 +684,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0);
   }
   g_generation++;
+  g_abandoning = 0;
   c->started = 1;
   __atomic_store_n(&memhook_active, 1, __ATOMIC_RELEASE);
   return 0;

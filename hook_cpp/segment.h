@@ -16,18 +16,21 @@ constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
+constexpr int kMaxSlots = 8192;
 
 enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
 enum SlotState : uint32_t { kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2 };
 
-// A GOT/data slot the target patched itself (libraries dlopen'ed after attach); memhook restores
-// these on detach together with the ones it patched through GDB.
-struct LateSlot {
+// A patched GOT/data slot: by memhook through GDB (Control::slots) or by the target itself for a
+// library dlopen'ed after attach (Control::late). memhook restores both on detach; the target
+// restores both itself if memhook dies.
+struct PatchedSlot {
   uint64_t addr;
   uint64_t original;
   uint64_t hook;
   uint32_t hook_id;
-  uint32_t state;  // SlotState
+  uint16_t state;     // SlotState
+  uint16_t readonly;  // in a RELRO page: writable only through mprotect
 };
 
 struct alignas(64) Control {
@@ -51,12 +54,20 @@ struct alignas(64) Control {
   alignas(64) uint32_t wake;
   uint32_t pad1;
 
+  // The consumer's pulse (CLOCK_MONOTONIC ns). Older than abandon_after_ns: memhook is gone,
+  // and the target unhooks itself.
+  alignas(64) uint64_t heartbeat_ns;
+  uint64_t abandon_after_ns;
+  uint32_t abandoned;  // set by the target once it restored its slots
+  uint32_t nslots;     // entries of `slots`, written by memhook's agent while the target is stopped
+  PatchedSlot slots[kMaxSlots];
+
   // Written by the target.
   alignas(64) uint64_t lib_base;  // load bias of the hook library
   uint32_t started;
-  uint32_t nlate;  // LateSlot entries in use
+  uint32_t nlate;  // `late` entries in use
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
-  alignas(64) LateSlot late[kMaxLateSlots];
+  alignas(64) PatchedSlot late[kMaxLateSlots];
 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the

@@ -66,6 +66,9 @@ def attach_parser() -> Parser:
     p.add_argument("--ring-size", type=size_arg, default=4 << 20,
                    help="bytes per thread ring (power of two, default 4MiB)")
     p.add_argument("--rings", type=int, default=64, help="rings (writer threads) (default 64)")
+    p.add_argument("--unhook-after", type=positive_float, default=5.0,
+                   help="if memhook dies, the target unhooks itself after this many seconds "
+                   "without its heartbeat (default 5)")
     p.add_argument("--record-events", action="store_true",
                    help="keep every event in the capture (for lifetime analyses)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
@@ -233,7 +236,7 @@ def run_attach(argv: list[str]) -> int:
         raise UsageError("--top must be at least 1")
     opts = Options(depth=a.depth, min_size=a.min_size,
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
-                   ring_bytes=a.ring_size, rings=a.rings)
+                   ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after)
     try:
         opts.check()
     except ValueError as e:

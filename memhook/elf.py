@@ -33,6 +33,7 @@ class Slot:
     symbol: str
     reloc: str
     module: str
+    readonly: bool = False  # in the object's RELRO region: read-only once relocated
 
 
 @dataclass
@@ -174,10 +175,16 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         keep = np.isin(syms, np.fromiter(index_of, dtype=np.uint64)) & (
             (types == R_X86_64_JUMP_SLOT) | (types == R_X86_64_GLOB_DAT)
             | ((types == R_X86_64_64) & (rela["addend"] == 0)))
+        # The pages glibc makes read-only after relocation (_dl_protect_relro).
+        relro = [(obj.bias + (h.p_vaddr & ~(PAGE - 1)),
+                  obj.bias + ((h.p_vaddr + h.p_memsz) & ~(PAGE - 1)))
+                 for h in (seg.header for seg in elf.iter_segments())
+                 if h.p_type == "PT_GNU_RELRO"]
         for r, t, s in zip(rela[keep], types[keep], syms[keep]):
             hook_id = index_of[int(s)]
-            obj.slots.append(Slot(obj.bias + int(r["offset"]), hook_id,
-                                  hooks.BY_ID[hook_id].symbol, RELOC_NAMES[int(t)], obj.path))
+            addr = obj.bias + int(r["offset"])
+            obj.slots.append(Slot(addr, hook_id, hooks.BY_ID[hook_id].symbol, RELOC_NAMES[int(t)],
+                                  obj.path, any(lo <= addr < hi for lo, hi in relro)))
 
 
 def scan(pid: int, exe_path: str) -> Layout:

@@ -42,10 +42,19 @@ class Scratch:
         gdb.execute("set $sp = %d" % self.sp)
 
 
-def patch(slots, base, out):
+def record_slot(ctl, P, index, addr, original, hook, hook_id, readonly):
+    """The target's copy of what was patched, so that it can restore itself if memhook dies."""
+    at = ctl + P["slots_offset"] + index * P["slot_bytes"]
+    INF.write_memory(at, addr.to_bytes(8, "little") + original.to_bytes(8, "little")
+                     + hook.to_bytes(8, "little") + hook_id.to_bytes(4, "little")
+                     + (1).to_bytes(2, "little") + int(readonly).to_bytes(2, "little"))
+
+
+def patch(P, base, out):
+    ctl = rd(base + P["symbols"]["memhook_ctl"])
     patched, skipped = [], []
     try:
-        for addr, hook_off, real, plt in slots:
+        for addr, hook_off, real, plt, hook_id, readonly in P["slots"]:
             try:
                 cur = rd(addr)
             except gdb.MemoryError:
@@ -53,10 +62,15 @@ def patch(slots, base, out):
                 continue
             hook = base + hook_off
             if cur == real or any(lo <= cur < hi for lo, hi in plt):
+                if len(patched) >= P["max_slots"]:
+                    skipped.append([addr, cur])
+                    continue
+                record_slot(ctl, P, len(patched), addr, cur, hook, hook_id, readonly)
                 wr(addr, hook)
                 patched.append([addr, cur, hook])
             else:
                 skipped.append([addr, cur])
+        wr(ctl + P["nslots_offset"], len(patched), 4)
     except BaseException:
         for addr, original, _ in patched:  # leave nothing half-done
             wr(addr, original)
@@ -84,7 +98,7 @@ def do_attach(P, out):
         if rc != 0:
             raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
         try:
-            patch(P["slots"], base, out)
+            patch(P, base, out)
             out["late"] = call("int(*)(void)", base + sym["memhook_rescan"])
         except BaseException:
             wr(base + sym["memhook_active"], 0, 4)
@@ -102,9 +116,9 @@ def do_detach(P, out):
     if ctl:
         nlate = min(rd(ctl + P["nlate_offset"], 4), P["max_late"])
         for i in range(nlate):
-            at = ctl + P["late_offset"] + i * P["late_bytes"]
-            addr, original, hook, _id_state = rd(at), rd(at + 8), rd(at + 16), rd(at + 24)
-            if (_id_state >> 32) == 1:  # still patched, object still loaded
+            at = ctl + P["late_offset"] + i * P["slot_bytes"]
+            addr, original, hook, state = rd(at), rd(at + 8), rd(at + 16), rd(at + 28, 2)
+            if state == 1:  # still patched, object still loaded
                 slots.append((addr, original, hook))
     restored, changed = [], []
     for addr, original, hook in slots:

@@ -42,7 +42,7 @@ def run_agent(params: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's
         script = os.path.join(tmp, "agent.py")
         with open(script, "w") as f:
-            f.write("PARAMS = " + json.dumps(params) + "\n" + body)
+            f.write(f"import json\nPARAMS = json.loads({json.dumps(params)!r})\n" + body)
         cmd = [gdb, "-nx", "-nh", "-q", "-batch", "--readnever"]
         for s in GDB_SETTINGS:
             cmd += ["-iex", s]

@@ -46,7 +46,8 @@ class Segment:
     """The shared segment: created and formatted here, opened by the hook library in the target."""
 
     def __init__(self, info: ProcessInfo, *, nrings: int, ring_bytes: int, depth: int,
-                 clock: int, min_size: int, max_size: int, real: dict, known: list):
+                 clock: int, min_size: int, max_size: int, real: dict, known: list,
+                 abandon_after_s: float = 5.0):
         self.name = f"memhook-{info.pid}-{secrets.token_hex(16)}"
         self.target_path = f"/{SEGMENT_DIR}/{self.name}"
         try:
@@ -58,7 +59,7 @@ class Segment:
         try:
             os.fchown(fd, info.uid, info.gid)
             _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
-                                   info.pid, real, known)
+                                   info.pid, real, known, abandon_after_s)
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

@@ -22,6 +22,7 @@ class Options:
     max_size: int = MAX_SIZE
     ring_bytes: int = 4 << 20
     rings: int = 64
+    abandon_after_s: float = 5.0  # the target unhooks itself when memhook is silent this long
 
     def check(self) -> None:
         if not 1 <= self.depth <= _native.MAX_DEPTH:
@@ -95,7 +96,8 @@ class Session:
                                ring_bytes=self.options.ring_bytes, depth=self.options.depth,
                                clock=_native.CLOCK_TSC if tsc_usable() else _native.CLOCK_MONOTONIC,
                                min_size=self.options.min_size, max_size=self.options.max_size,
-                               real=layout.real, known=[o.bias for o in layout.objects])
+                               real=layout.real, known=[o.bias for o in layout.objects],
+                               abandon_after_s=self.options.abandon_after_s)
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
         params = {
@@ -104,7 +106,10 @@ class Session:
             "dlopen": layout.dlopen, "dlopen_mode": RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
             "dlerror": layout.dlerror, "symbols": symbols,
             "slots": [[s.addr, symbols["memhook_hook_" + s.symbol], layout.real.get(s.hook_id, 0),
-                       plt[s.module]] for s in layout.slots],
+                       plt[s.module], s.hook_id, s.readonly] for s in layout.slots],
+            "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
+            _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,
+            "max_slots": _native.MAX_SLOTS,
         }
         try:
             result = run_agent(params)
@@ -145,7 +150,7 @@ class Session:
                 "symbols": elf.exported_offsets(hook_library()),
                 "slots": self.patched, "nlate_offset": _native.CONTROL_NLATE_OFFSET,
                 "late_offset": _native.CONTROL_LATE_OFFSET,
-                "late_bytes": _native.LATE_SLOT_BYTES, "max_late": 4096,
+                "slot_bytes": _native.SLOT_BYTES, "max_late": _native.MAX_LATE_SLOTS,
             }
             try:
                 result = run_agent(params)

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
     else if (!strcmp(cmd, "inlined")) inlined_leak();
+    else if (!strcmp(cmd, "churn"))
+      for (int i = 0; i < 20000; i++) free(malloc(32 + i % 100));
     else if (!strcmp(cmd, "load")) {
       plugin = dlopen(argv[1], RTLD_LAZY);
       if (!plugin) { fprintf(stderr, "%s\n", dlerror()); return 2; }
