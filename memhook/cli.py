@@ -213,6 +213,8 @@ def follow(session, recorder, a, stop: dict) -> None:
         now = time.monotonic()
         if not session.target_alive():
             stop["reason"] = "target exited"
+        elif now >= next_tick and session.target_execed():
+            stop["reason"] = "target exec'd another program"
         elif a.duration and now - t0 >= a.duration:
             stop["reason"] = "duration reached"
         if now >= next_tick and not stop["reason"]:

@@ -132,6 +132,10 @@ class Session:
     def target_alive(self) -> bool:
         return procfs.alive(self.info)
 
+    def target_execed(self) -> bool:
+        """The process replaced its program: the hook library and every slot are gone."""
+        return self.target_alive() and not self._library_still_mapped()
+
     def _library_still_mapped(self) -> bool:
         """After an exec the addresses mean something else: then nothing may be written."""
         try:

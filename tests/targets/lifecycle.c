@@ -2,6 +2,7 @@
  * freed after, a size sweep for the filter, and a C++ plugin dlopen'ed (lazily bound) and
  * dlclose'd while attached. argv[1] is the plugin's path. */
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include "harness.h"
 
 #define EARLY 50
@@ -40,6 +41,24 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
     else if (!strcmp(cmd, "inlined")) inlined_leak();
+    else if (!strcmp(cmd, "fork")) {
+      /* The child allocates through the same (patched) slots, frees, and exits; the parent
+       * leaks 5 x 111 around it. */
+      memset(malloc(111), 1, 1);
+      pid_t child = fork();
+      if (child == 0) {
+        for (int i = 0; i < 10000; i++) free(malloc(64 + i % 64));
+        void* keep = malloc(2222);
+        memset(keep, 2, 2222);
+        _exit(0);
+      }
+      for (int i = 0; i < 4; i++) memset(malloc(111), 1, 1);
+      int status = 0;
+      waitpid(child, &status, 0);
+      printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strcmp(cmd, "exec")) {
+      execl("/bin/sleep", "sleep", "30", (char*)0);
+    }
     else if (!strcmp(cmd, "churn"))
       for (int i = 0; i < 20000; i++) free(malloc(32 + i % 100));
     else if (!strcmp(cmd, "load")) {
