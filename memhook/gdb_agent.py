@@ -61,6 +61,8 @@ def patch(P, base, out):
                 skipped.append([addr, None])
                 continue
             hook = base + hook_off
+            if cur == hook and real:
+                cur = real  # hooked by an earlier memhook that died: restore to the real one
             if cur == real or any(lo <= cur < hi for lo, hi in plt):
                 if len(patched) >= P["max_slots"]:
                     skipped.append([addr, cur])
@@ -78,9 +80,29 @@ def patch(P, base, out):
     out["patched"], out["skipped"] = patched, skipped
 
 
+def pick_thread(P):
+    """A thread that holds no allocator or loader lock, to run dlopen on: one stopped right
+    after a syscall instruction (blocked in the kernel), or one running outside libc and the
+    dynamic loader. The main thread is preferred."""
+    for th in sorted(INF.threads(), key=lambda t: t.num):
+        th.switch()
+        pc = int(gdb.parse_and_eval("$pc"))
+        if any(lo <= pc < hi for lo, hi in P["loader_text"]):
+            continue
+        try:
+            after_syscall = rd(pc - 2, 2) == 0x050F
+        except gdb.MemoryError:
+            after_syscall = False
+        if after_syscall or not any(lo <= pc < hi for lo, hi in P["libc_text"]):
+            return th
+    raise RuntimeError("busy: every thread is inside libc or the dynamic loader right now")
+
+
 def do_attach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
+    if not base:
+        out["thread"] = pick_thread(P).num
     scratch = Scratch(P["library"], P["segment"])
     try:
         if not base:

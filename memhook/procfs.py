@@ -83,6 +83,23 @@ def process_info(pid: int) -> ProcessInfo:
                        " ".join(argv), exe, ticks)
 
 
+def tracer(pid: int) -> int:
+    """The PID of the debugger tracing `pid`, or 0."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1])
+    return 0
+
+
+def command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def alive(info: ProcessInfo) -> bool:
     """The same process (not a reused PID) still exists and is not a zombie."""
     try:
@@ -103,6 +120,9 @@ class Memory:
 
     def u64(self, addr: int) -> int:
         return struct.unpack("<Q", self.read(addr, 8))[0]
+
+    def u32(self, addr: int) -> int:
+        return struct.unpack("<I", self.read(addr, 4))[0]
 
     def cstring(self, addr: int, limit: int = 4096) -> str:
         data = b""

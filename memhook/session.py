@@ -1,6 +1,7 @@
 """One profiling session: attach (scan, inject, patch), drain, detach (restore, final drain)."""
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from .procfs import TargetError
 from .segment import LibraryCopy, Segment
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
+ATTACH_TRIES = 5
 MAX_SIZE = 2**64 - 1
 
 
@@ -78,6 +80,10 @@ class Session:
     def attach(self) -> dict:
         self.options.check()
         self.info = procfs.process_info(self.pid)
+        tracer = procfs.tracer(self.pid)
+        if tracer:
+            raise TargetError(f"PID {self.pid} is already traced by PID {tracer} "
+                              f"({procfs.command_name(tracer)}): detach that debugger first")
         st = procfs.state(self.pid)
         if st in "ZX":
             raise TargetError(f"PID {self.pid} is a zombie: it has exited and runs no code")
@@ -88,6 +94,8 @@ class Session:
         library = hook_library()
         symbols = elf.exported_offsets(library)
         base = layout.hook_library_base
+        if base:
+            self._refuse_if_attached(layout)
         if base and elf.file_build_id(layout.hook_library_file) != elf.file_build_id(library):
             base = 0  # an older memhook's library: leave it inert, load ours
         self.skipped_objects = [(o.path, o.skip) for o in layout.objects
@@ -100,6 +108,7 @@ class Session:
                                abandon_after_s=self.options.abandon_after_s)
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
+        text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
         params = {
             "action": "attach", "pid": self.pid, "lib_base": base,
             "library": copy.target_path if copy else "", "segment": self.segment.target_path,
@@ -110,9 +119,16 @@ class Session:
             "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
             _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,
             "max_slots": _native.MAX_SLOTS,
+            "libc_text": [r for n, r in text.items() if n.startswith("libc.so")],
+            "loader_text": [(o.lo, o.hi) for o in layout.objects
+                            if o.skip == "the dynamic loader"],
         }
         try:
-            result = run_agent(params)
+            for attempt in range(ATTACH_TRIES):
+                result = run_agent(params)
+                if not result.get("error", "").startswith("busy:") or attempt + 1 == ATTACH_TRIES:
+                    break
+                time.sleep(0.05)  # every thread was mid-allocation: the moment passes
         finally:
             if copy:
                 copy.remove()
@@ -128,6 +144,19 @@ class Session:
         self.consumer.start()
         self.modules = elf.modules(self.pid)
         return result
+
+    def _refuse_if_attached(self, layout) -> None:
+        """A live memhook session (the hook library armed, its heartbeat fresh) owns the target;
+        one whose memhook died is taken over."""
+        own = elf.exported_offsets(layout.hook_library_file)
+        base = layout.hook_library_base
+        with procfs.Memory(self.pid) as mem:
+            active = mem.u32(base + own["memhook_active"])
+            ctl = mem.u64(base + own["memhook_ctl"])
+            beat = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET) if ctl else 0
+            limit = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET + 8) if ctl else 0
+        if active and beat and time.monotonic_ns() - beat < limit:
+            raise TargetError(f"PID {self.pid} is already being traced by another memhook")
 
     def target_alive(self) -> bool:
         return procfs.alive(self.info)
