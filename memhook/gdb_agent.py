@@ -3,6 +3,7 @@
 # ever reads a half-written pointer. Function calls in the target use raw addresses memhook
 # computed from the ELF files, so GDB needs no symbols at all.
 import json
+import threading
 import time
 
 import gdb  # noqa: F401  (provided by GDB)
@@ -98,11 +99,40 @@ def pick_thread(P):
     raise RuntimeError("busy: every thread is inside libc or the dynamic loader right now")
 
 
+RUNNING = [0.0]  # seconds the target ran (not paused) while the agent waited
+
+
+def stop_at_allocator_entry(P):
+    """Let the target run until one of its threads enters malloc: there it holds no allocator
+    lock, so dlopen's own allocations cannot deadlock on it. At most P["entry_wait_s"]."""
+    if not P["malloc"]:
+        return False
+    waiting = [True]
+
+    def interrupt():
+        if waiting[0]:  # never once the wait is over: it would cut into the dlopen call
+            gdb.execute("interrupt")
+
+    bp = gdb.Breakpoint("*%d" % P["malloc"], internal=True)
+    timer = threading.Timer(P["entry_wait_s"], lambda: gdb.post_event(interrupt))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        gdb.execute("continue", to_string=True)
+    finally:
+        waiting[0] = False
+        timer.cancel()
+        RUNNING[0] += time.monotonic() - t0
+        bp.delete()
+    return int(gdb.parse_and_eval("$pc")) == P["malloc"]
+
+
 def do_attach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
     if not base:
-        out["thread"] = pick_thread(P).num
+        out["dlopen_at"] = "malloc entry" if stop_at_allocator_entry(P) else "thread %d" % (
+            pick_thread(P).num)
     scratch = Scratch(P["library"], P["segment"])
     try:
         if not base:
@@ -179,7 +209,8 @@ def main(P):
         except gdb.error as e:
             out["detach_error"] = str(e)
         t1 = time.monotonic()
-        out["paused_ms"] = (t1 - t0) * 1000.0
+        out["paused_ms"] = (t1 - t0 - RUNNING[0]) * 1000.0
+        out["ran_ms"] = RUNNING[0] * 1000.0
         out["attach_ms"] = (t_attached - t0) * 1000.0
         out["work_ms"] = (t_work - t_attached) * 1000.0
     return out

@@ -7,13 +7,14 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, elf, procfs
+from . import _native, elf, hooks, procfs
 from .inject import run_agent
 from .procfs import TargetError
 from .segment import LibraryCopy, Segment
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ATTACH_TRIES = 5
+ENTRY_WAIT_S = 0.5  # how long attach waits for a thread to enter malloc before picking another
 MAX_SIZE = 2**64 - 1
 
 
@@ -119,6 +120,8 @@ class Session:
             "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
             _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,
             "max_slots": _native.MAX_SLOTS,
+            "malloc": layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
+            "entry_wait_s": ENTRY_WAIT_S,
             "libc_text": [r for n, r in text.items() if n.startswith("libc.so")],
             "loader_text": [(o.lo, o.hi) for o in layout.objects
                             if o.skip == "the dynamic loader"],

@@ -130,3 +130,16 @@ def test_take_over_from_a_dead_memhook(tmp_path, targets):
     assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
     assert_restored(target.pid, exe, before)
     assert target.finish() == 0
+
+
+def test_attach_while_a_blocked_thread_holds_the_arena_lock(tmp_path, targets):
+    """dlopen's own allocations must not run on a thread that holds an allocator lock: memhook
+    runs it on a thread it stopped at malloc's entry."""
+    target = targets(build(tmp_path, "arena_lock.c"))
+    time.sleep(0.2)
+    mh = Memhook(target.pid, tmp_path)
+    first = int(target.ask("rounds", "rounds").split()[1])
+    time.sleep(0.1)
+    report = mh.stop()
+    assert report["totals"]["alloc_count"] > 0  # the worker was traced
+    assert int(target.ask("rounds", "rounds").split()[1]) > first  # and is still running
