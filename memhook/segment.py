@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
+import stat
 
 from . import _native
 from .procfs import ProcessInfo, TargetError
@@ -35,6 +37,40 @@ def open_dir_in_root(pid: int, relative: str) -> int:
     return fd
 
 
+def _name(*parts) -> str:
+    """memhook-<memhook's pid>-...-<128 random bits>: unguessable, and tells whose it is."""
+    return "-".join(["memhook", str(os.getpid()), *map(str, parts), secrets.token_hex(16)])
+
+
+STALE = re.compile(r"^memhook-(\d+)-(?:\d+-)?[0-9a-f]{32}$")
+
+
+def remove_stale(pid: int) -> None:
+    """Files a memhook killed in mid-attach left in the target's /dev/shm and /tmp (their
+    creator is gone); only root's library directories and the target's own segments."""
+    for where, is_dir in ((SEGMENT_DIR, False), *((d, True) for d in LIBRARY_DIRS)):
+        try:
+            d = open_dir_in_root(pid, where)
+        except OSError:
+            continue
+        try:
+            for name in os.listdir(f"/proc/self/fd/{d}"):
+                m = STALE.match(name)
+                if not m or os.path.exists(f"/proc/{m.group(1)}"):
+                    continue
+                st = os.stat(name, dir_fd=d, follow_symlinks=False)
+                if is_dir and stat.S_ISDIR(st.st_mode) and st.st_uid == 0:
+                    with contextlib.suppress(OSError):
+                        sub = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
+                        remove_in(sub, HOOK_FILE)
+                        os.rmdir(name, dir_fd=d)
+                elif not is_dir and stat.S_ISREG(st.st_mode):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=d)
+        finally:
+            os.close(d)
+
+
 def remove_in(dir_fd: int, name: str, remove=os.unlink) -> None:
     """Remove `name` (if still there) inside the directory `dir_fd`, then close `dir_fd`."""
     with contextlib.suppress(FileNotFoundError):
@@ -48,7 +84,7 @@ class Segment:
     def __init__(self, info: ProcessInfo, *, nrings: int, ring_bytes: int, depth: int,
                  clock: int, min_size: int, max_size: int, real: dict, known: list,
                  abandon_after_s: float = 5.0):
-        self.name = f"memhook-{info.pid}-{secrets.token_hex(16)}"
+        self.name = _name(info.pid)
         self.target_path = f"/{SEGMENT_DIR}/{self.name}"
         try:
             self._dir = open_dir_in_root(info.pid, SEGMENT_DIR)
@@ -74,6 +110,9 @@ class Segment:
             self._dir = None
 
 
+HOOK_FILE = "libmemhook_hook.so"
+
+
 class LibraryCopy:
     """The hook library, copied where the target can read it."""
 
@@ -95,7 +134,7 @@ class LibraryCopy:
 
     def _create(self, pid: int, where: str, source: str) -> None:
         self._parent = open_dir_in_root(pid, where)
-        self._dirname = f"memhook-{secrets.token_hex(16)}"
+        self._dirname = _name()
         os.mkdir(self._dirname, 0o700, dir_fd=self._parent)
         self._dir = os.open(self._dirname, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,
                             dir_fd=self._parent)

@@ -10,7 +10,7 @@ from importlib import resources
 from . import _native, elf, hooks, procfs
 from .inject import run_agent
 from .procfs import TargetError
-from .segment import LibraryCopy, Segment
+from .segment import LibraryCopy, Segment, remove_stale
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ATTACH_TRIES = 5
@@ -91,6 +91,7 @@ class Session:
         if st in "tT":
             raise TargetError(f"PID {self.pid} is stopped (SIGSTOP or a debugger): "
                               "resume it first (kill -CONT) or detach the other debugger")
+        remove_stale(self.pid)
         layout = elf.scan(self.pid, self.info.exe)
         library = hook_library()
         symbols = elf.exported_offsets(library)

@@ -37,9 +37,9 @@ def test_target_of_another_user(tmp_path, nobody_target):
     mh = Memhook(target.pid, tmp_path)
     maps = open(f"/proc/{target.pid}/maps").read()
     # The segment: an unguessable name (128 random bits), already unlinked.
-    assert re.search(rf"/dev/shm/memhook-{target.pid}-[0-9a-f]{{32}} \(deleted\)", maps)
+    assert re.search(rf"/dev/shm/memhook-\d+-{target.pid}-[0-9a-f]{{32}} \(deleted\)", maps)
     # The library copy: loaded from an unguessable directory, already deleted.
-    assert re.search(r"/tmp/memhook-[0-9a-f]{32}/libmemhook_hook\.so \(deleted\)", maps)
+    assert re.search(r"/tmp/memhook-\d+-[0-9a-f]{32}/libmemhook_hook\.so \(deleted\)", maps)
     assert leftovers() == before
     target.command("go")
     report = mh.stop()
@@ -63,3 +63,25 @@ def test_symlinked_shm_dir_is_not_followed(tmp_path, nobody_target, monkeypatch)
                         max_size=1, real={}, known=[])
     assert list(decoy.iterdir()) == []
     assert stat.S_ISLNK(os.lstat(tmp_path / "shm-link").st_mode)
+
+
+def test_stale_files_of_a_killed_memhook_are_removed(tmp_path, nobody_target):
+    dead = 4194000  # above any pid this machine has handed out
+    while os.path.exists(f"/proc/{dead}"):
+        dead += 1
+    token = "0123456789abcdef" * 2
+    seg = Path(f"/dev/shm/memhook-{dead}-{nobody_target.pid}-{token}")
+    lib_dir = Path(f"/tmp/memhook-{dead}-{token}")
+    alive = Path(f"/dev/shm/memhook-{os.getpid()}-1-{token}")  # its memhook still runs
+    seg.write_bytes(b"x")
+    lib_dir.mkdir()
+    (lib_dir / "libmemhook_hook.so").write_bytes(b"x")
+    alive.write_bytes(b"x")
+    try:
+        mh = Memhook(nobody_target.pid, tmp_path)
+        mh.stop()
+        assert not seg.exists() and not lib_dir.exists()
+        assert alive.exists()
+    finally:
+        alive.unlink()
+    assert nobody_target.finish() == 0
