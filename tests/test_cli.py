@@ -168,3 +168,14 @@ def test_ctrl_c_at_any_moment_of_attach(tmp_path, targets, delay):
     assert_restored(target.pid, exe, before)
     target.command("go")
     assert target.finish() == 0
+
+
+def test_gdb_missing(tmp_path, lifecycle_target):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = dict(os.environ, PATH=str(bin_dir))
+    proc = subprocess.run(memhook_cmd("-p", lifecycle_target.pid), capture_output=True, text=True,
+                          env=env, cwd="/")
+    one_line_error(proc, 1, "gdb is not installed", "apt-get install gdb")
+    assert lifecycle_target.finish() == 0
+

@@ -143,3 +143,41 @@ def test_attach_while_a_blocked_thread_holds_the_arena_lock(tmp_path, targets):
     report = mh.stop()
     assert report["totals"]["alloc_count"] > 0  # the worker was traced
     assert int(target.ask("rounds", "rounds").split()[1]) > first  # and is still running
+
+
+def test_signal_handler_allocating_inside_hooks(tmp_path, targets):
+    target = targets(build(tmp_path, "signals.c"))
+    mh = Memhook(target.pid, tmp_path)
+    answer = target.ask("go", "handled").split()
+    report = mh.stop()
+    assert int(answer[1]) > 100 and answer[3] == "0"  # the handler ran, nothing corrupted
+    assert site(report, "main_leak")["outstanding_bytes"] == 50 * 333
+    churn = site(report, "churn")
+    assert churn["alloc_count"] == churn["free_count"] == 200000
+    assert churn["outstanding_bytes"] == 0
+    assert target.finish() == 0
+
+
+def test_target_pause_under_50_ms(tmp_path):
+    """The stall detector of benchmarks/targets/stall.c sees how long attach and detach stop
+    the target; the median over a few cycles stays under 50 ms."""
+    import statistics
+    from conftest import Target, TARGETS
+    exe = tmp_path / "stall"
+    subprocess.run(["gcc", "-O2", "-o", str(exe), str(TARGETS.parent.parent / "benchmarks" /
+                                                      "targets" / "stall.c"), "-lpthread"],
+                   check=True)
+    target = Target(exe, 8)
+    try:
+        pauses = []
+        for _ in range(3):
+            target.command("reset")
+            mh = Memhook(target.pid, tmp_path)
+            pauses.append(int(target.ask("max", "max").split()[1]) / 1000)
+            target.command("reset")
+            mh.stop()
+            time.sleep(0.05)
+            pauses.append(int(target.ask("max", "max").split()[1]) / 1000)
+        assert statistics.median(pauses) < 50, pauses
+    finally:
+        target.kill()
