@@ -24,6 +24,10 @@ RELOC_NAMES = {R_X86_64_64: "R_X86_64_64", R_X86_64_GLOB_DAT: "GLOB_DAT",
                R_X86_64_JUMP_SLOT: "JUMP_SLOT"}
 DT_NULL, DT_DEBUG = 0, 21
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
+ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
+                      ("value", "<u8"), ("size", "<u8")])
+STT_FUNC, STB_GLOBAL, STB_WEAK = 2, 1, 2
+HELPERS = {"dlerror", "__libc_dlopen_mode"}  # functions the agent calls, besides the hooks
 
 
 @dataclass
@@ -136,24 +140,27 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
             lo = obj.bias + sec["sh_addr"]
             obj.plt.append((lo, lo + sec["sh_size"]))
     dynsym = elf.get_section_by_name(".dynsym")
-    versym = elf.get_section_by_name(".gnu.version")
     if dynsym is None:
         obj.skip = "no dynamic symbol table"
         return
+    # The symbol table as arrays: a pyelftools object per symbol costs seconds on libstdc++.
+    syms = np.frombuffer(dynsym.data(), dtype=ELF64_SYM)
+    strtab = elf.get_section(dynsym["sh_link"]).data()
+    names = [strtab[o:strtab.index(b"\0", o)].decode(errors="replace") for o in syms["name"]]
+    versym = elf.get_section_by_name(".gnu.version")
+    hidden = (np.frombuffer(versym.data(), "<u2") & 0x8000).astype(bool) if versym is not None \
+        and versym["sh_size"] == 2 * len(syms) else np.zeros(len(syms), bool)
+    defined = (syms["shndx"] != 0) & ((syms["info"] & 0xF) == STT_FUNC) & (
+        ((syms["info"] >> 4) == STB_GLOBAL) | ((syms["info"] >> 4) == STB_WEAK)) & ~hidden
     index_of = {}  # symbol table index -> hook id
-    for i, sym in enumerate(dynsym.iter_symbols()):
-        hook_id = wanted.get(sym.name)
-        if hook_id is None:
+    for i, name in enumerate(names):
+        hook_id = wanted.get(name)
+        if hook_id is None and name not in HELPERS:
             continue
-        index_of[i] = hook_id
-        hidden = False
-        if versym is not None:
-            ndx = versym.get_symbol(i)["ndx"]
-            hidden = isinstance(ndx, int) and bool(ndx & 0x8000)
-        if (sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] == "STT_FUNC"
-                and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and not hidden
-                and sym.name not in obj.defined):
-            obj.defined[sym.name] = obj.bias + sym["st_value"]
+        if hook_id is not None:
+            index_of[i] = hook_id
+        if defined[i] and name not in obj.defined:
+            obj.defined[name] = obj.bias + int(syms["value"][i])
     if not index_of:
         return
     dynamic = next((s for s in elf.iter_sections() if s["sh_type"] == "SHT_DYNAMIC"), None)
@@ -265,21 +272,13 @@ def scan(pid: int, exe_path: str) -> Layout:
     dlopen, mode = real.get(hooks.BY_SYMBOL["dlopen"].id, 0), 0
     if not dlopen and libc is not None:
         # glibc < 2.34 without libdl loaded: its private loader entry point.
-        dlopen, mode = _find_symbol(libc, "__libc_dlopen_mode"), 0x80000000
+        dlopen, mode = libc.defined.get("__libc_dlopen_mode", 0), 0x80000000
     if not dlopen:
         raise TargetError("cannot find dlopen in the target: is it linked against glibc?")
     own = next((o for o in objects if o.skip == "memhook's own library"), None)
-    dlerror = _find_symbol(libc, "dlerror") if libc is not None else 0
+    dlerror = libc.defined.get("dlerror", 0) if libc is not None else 0
     return Layout(objects, real, dlopen, mode, dlerror, own.bias if own else 0,
                   own.file if own else "")
-
-
-def _find_symbol(obj: LoadedObject, name: str) -> int:
-    f, elf = _open_elf(obj.file)
-    with f:
-        sec = elf.get_section_by_name(".dynsym")
-        syms = sec.get_symbol_by_name(name) if sec is not None else None
-        return obj.bias + syms[0]["st_value"] if syms else 0
 
 
 def exported_offsets(path: str) -> dict[str, int]:

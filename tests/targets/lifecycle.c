@@ -56,6 +56,22 @@ int main(int argc, char** argv) {
       int status = 0;
       waitpid(child, &status, 0);
       printf("child %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else if (!strcmp(cmd, "storm")) {
+      /* 100 children, half of them exec'ing, all allocating through the patched slots. */
+      int failed = 0;
+      for (int i = 0; i < 100; i++) {
+        pid_t child = fork();
+        if (child == 0) {
+          for (int j = 0; j < 100; j++) free(malloc(16 + j));
+          if (i % 2) execl("/bin/true", "true", (char*)0);
+          _exit(0);
+        }
+        memset(malloc(123), 1, 1);
+        int status = 0;
+        waitpid(child, &status, 0);
+        failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      }
+      printf("storm %d\n", failed);
     } else if (!strcmp(cmd, "exec")) {
       execl("/bin/sleep", "sleep", "30", (char*)0);
     }

@@ -1,0 +1,82 @@
+"""Stress, bounded in time: many attach/detach cycles on a busy self-checking target, memhook
+killed at random moments, a fork/exec storm while attached."""
+import random
+import signal
+import subprocess
+import time
+
+from conftest import Memhook, build, memhook_cmd, site
+from test_entry_points import assert_restored, slot_values
+
+
+def corrupt_count(target) -> int:
+    return int(target.ask("check", "check").split()[2])
+
+
+def test_200_attach_detach_cycles(tmp_path, targets):
+    from memhook.session import Options, Session
+    exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
+    target = targets(exe)
+    _, before = slot_values(target.pid, exe)
+    rng = random.Random(7)
+    for cycle in range(200):
+        session = Session(target.pid, Options())
+        session.attach()
+        time.sleep(rng.uniform(0, 0.03))
+        session.detach("cycle")
+        assert not session.detach_error and not session.not_restored
+        assert session.consumer.totals()["alloc_count"] > 0
+        if cycle % 50 == 0:
+            assert corrupt_count(target) == 0
+    assert_restored(target.pid, exe, before)
+    mh = Memhook(target.pid, tmp_path)  # the last attach: exact
+    target.command("leak")
+    report = mh.stop()
+    assert site(report, "main_leak")["outstanding_bytes"] == 10 * 777
+    assert corrupt_count(target) == 0
+    assert target.finish() == 0
+
+
+def test_memhook_killed_at_random_moments(tmp_path, targets):
+    """SIGKILL while memhook scans, injects, traces or detaches: the target survives, unhooks
+    itself, and is attached again at the end with exact numbers."""
+    exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
+    target = targets(exe)
+    _, before = slot_values(target.pid, exe)
+    rng = random.Random(11)
+    for _ in range(25):
+        mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live", "--unhook-after",
+                                          "0.3"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, cwd="/")
+        time.sleep(rng.uniform(0, 1.2))
+        if rng.random() < 0.4:
+            mh.send_signal(signal.SIGINT)  # let it start detaching...
+            time.sleep(rng.uniform(0, 0.1))
+        mh.send_signal(signal.SIGKILL)  # ...then kill it wherever it is
+        mh.wait()
+        for _ in range(200):  # a GDB it started finishes on its own
+            if "TracerPid:\t0" in open(f"/proc/{target.pid}/status").read():
+                break
+            time.sleep(0.05)
+        assert target.proc.poll() is None
+    time.sleep(0.5)  # every abandoned session is stale; the busy threads notice and unhook
+    assert corrupt_count(target) == 0
+    assert_restored(target.pid, exe, before)
+    mh = Memhook(target.pid, tmp_path)
+    target.command("leak")
+    assert site(mh.stop(), "main_leak")["outstanding_bytes"] == 10 * 777
+    assert corrupt_count(target) == 0
+    assert target.finish() == 0
+
+
+def test_fork_exec_storm(tmp_path, targets):
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    mh = Memhook(target.pid, tmp_path)
+    assert target.ask("storm", "storm") == "storm 0"  # every child exited 0
+    target.command("go")
+    report = mh.stop()
+    storm = [s for s in report["sites"] if s["frames"][0]["function"] == "main"]
+    assert sum(s["outstanding_bytes"] for s in storm) == 100 * 123
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert report["totals"]["alloc_count"] == 100 + 7  # no child's allocation among them
+    assert target.finish() == 0
