@@ -70,17 +70,24 @@ def process_info(pid: int) -> ProcessInfo:
     except FileNotFoundError:
         raise TargetError(f"no process with PID {pid}") from None
     except PermissionError:
-        raise TargetError(f"not allowed to inspect PID {pid}: run memhook as root") from None
+        raise _denied(pid) from None
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except PermissionError:
-        raise TargetError(f"not allowed to inspect PID {pid}: run memhook as root") from None
+        raise _denied(pid) from None
     except OSError:
         if "Z" in status.get("State", []) or not os.path.isdir(f"/proc/{pid}"):
             raise TargetError(f"PID {pid} has exited") from None
         raise TargetError(f"PID {pid} is a kernel thread: it has no program to hook") from None
     return ProcessInfo(pid, int(status["Uid"][1]), int(status["Gid"][1]),
                        " ".join(argv), exe, ticks)
+
+
+def _denied(pid: int) -> TargetError:
+    if os.geteuid() == 0:
+        return TargetError(f"not allowed to inspect PID {pid}: memhook runs as root but without "
+                           "CAP_SYS_PTRACE (a restricted container or capability set?)")
+    return TargetError(f"not allowed to inspect PID {pid}: run memhook as root (sudo)")
 
 
 def tracer(pid: int) -> int:

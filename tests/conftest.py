@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -56,8 +58,8 @@ class Lines:
 class Target:
     """A command-driven test target (tests/targets/harness.h)."""
 
-    def __init__(self, exe: Path, *args, cwd=None, user=None):
-        self.proc = subprocess.Popen([str(exe), *map(str, args)], stdin=subprocess.PIPE,
+    def __init__(self, exe: Path, *args, cwd=None, user=None, argv=None):
+        self.proc = subprocess.Popen(argv or [str(exe), *map(str, args)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
                                      cwd=cwd or exe.parent, user=user, group=user and "nogroup")
         self.lines = Lines(self.proc.stdout)
@@ -157,6 +159,25 @@ def targets():
     yield start
     for t in started:
         t.kill()
+
+
+def world_readable_copy(exe: Path, where: str = "/tmp") -> Path:
+    """A copy of `exe` that any user can run (pytest's own directories are root's, 0700)."""
+    home = Path(tempfile.mkdtemp(prefix="mh-test-", dir=where))
+    os.chmod(home, 0o755)
+    shutil.copy(exe, home / exe.name)
+    os.chmod(home / exe.name, 0o755)
+    return home / exe.name
+
+
+@pytest.fixture
+def nobody_target(tmp_path):
+    """lifecycle.c running as user nobody."""
+    exe = world_readable_copy(build(tmp_path, "lifecycle.c"))
+    t = Target(exe, "/nonexistent.so", user="nobody")
+    yield t
+    t.kill()
+    shutil.rmtree(exe.parent)
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,7 @@
 """A target owned by another user: what memhook creates for it, and what it leaves behind."""
 import os
 import re
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,19 +13,6 @@ def leftovers():
     found = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if n.startswith("memhook-")]
     found += [f"/tmp/{n}" for n in os.listdir("/tmp") if n.startswith("memhook-")]
     return set(found)
-
-
-@pytest.fixture
-def nobody_target(tmp_path):
-    exe = build(tmp_path, "lifecycle.c")
-    home = Path(tempfile.mkdtemp(prefix="memhook-test-"))  # not memhook-: leftovers() ignores it
-    shutil.copy(exe, home / "lifecycle")
-    os.chmod(home, 0o755)
-    os.chmod(home / "lifecycle", 0o755)
-    t = Target(home / "lifecycle", "/nonexistent.so", user="nobody")
-    yield t
-    t.kill()
-    shutil.rmtree(home)
 
 
 def test_target_of_another_user(tmp_path, nobody_target):

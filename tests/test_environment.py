@@ -1,0 +1,85 @@
+"""Targets memhook cannot or may not trace, and targets in their own mount namespace."""
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import (TARGETS, Memhook, Target, build, memhook_cmd, run_memhook, site,
+                      world_readable_copy)
+from test_cli import one_line_error
+
+
+def wait_started(proc, exe_name):
+    for _ in range(100):
+        try:
+            if os.path.basename(os.readlink(f"/proc/{proc.pid}/exe")) == exe_name:
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
+def test_32_bit_target(tmp_path):
+    obj, exe = tmp_path / "sleep32.o", tmp_path / "sleep32"
+    subprocess.run(["as", "--32", str(TARGETS / "sleep32.s"), "-o", str(obj)], check=True)
+    subprocess.run(["ld", "-m", "elf_i386", str(obj), "-o", str(exe)], check=True)
+    proc = subprocess.Popen([str(exe)])
+    try:
+        wait_started(proc, "sleep32")
+        if proc.poll() is not None:
+            pytest.skip("this kernel runs no 32-bit programs")
+        one_line_error(run_memhook("-p", proc.pid), 1, "x86-64 only", "32-bit")
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_musl_target(tmp_path):
+    if shutil.which("musl-gcc") is None:
+        pytest.skip("musl-gcc is not installed (scripts/setup.sh installs musl-tools)")
+    exe = tmp_path / "musl"
+    subprocess.run(["musl-gcc", "-x", "c", "-", "-o", str(exe)], check=True, text=True,
+                   input="#include <unistd.h>\nint main(void) { for (;;) sleep(1); }\n")
+    if "musl" not in subprocess.run(["readelf", "-l", str(exe)], capture_output=True,
+                                    text=True).stdout:
+        pytest.skip("musl-gcc linked statically here")
+    proc = subprocess.Popen([str(exe)])
+    try:
+        wait_started(proc, "musl")
+        one_line_error(run_memhook("-p", proc.pid), 1, "musl")
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_target_in_its_own_mount_namespace(tmp_path):
+    """Private /tmp and /dev/shm, as in a container: memhook places its files through
+    /proc/PID/root, where the target sees them."""
+    exe = world_readable_copy(build(tmp_path, "lifecycle.c"), "/var/tmp")  # /tmp is hidden
+    script = ("mount -t tmpfs none /tmp && mount -t tmpfs none /dev/shm && "
+              f"exec {exe} /nonexistent.so")
+    target = Target(exe, cwd=tmp_path, argv=["unshare", "--mount", "--propagation", "private",
+                                             "sh", "-c", script])
+    try:
+        assert os.readlink(f"/proc/{target.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        mh = Memhook(target.pid, tmp_path)
+        target.command("go")
+        assert site(mh.stop(), "late_leak")["outstanding_bytes"] == 7 * 99
+        assert target.finish() == 0
+    finally:
+        target.kill()
+
+
+def test_without_cap_sys_ptrace(nobody_target):
+    """Root without CAP_SYS_PTRACE may not trace another user's process: one clear line."""
+    target = nobody_target
+    proc = subprocess.run(["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps",
+                           "-sys_ptrace", *memhook_cmd("-p", target.pid)],
+                          capture_output=True, text=True, cwd="/")
+    one_line_error(proc, 1, "not allowed", "CAP_SYS_PTRACE")
+    target.command("go")
+    assert target.finish() == 0
