@@ -7,16 +7,21 @@ from conftest import Memhook, build, memhook_cmd, site
 from test_entry_points import assert_restored, slot_values
 
 
+def killed_once_attached(pid: int, unhook_after: str) -> None:
+    """Start memhook on `pid` and kill -9 it as soon as its hooks are live."""
+    mh = subprocess.Popen(memhook_cmd("-p", pid, "--no-live", "--unhook-after", unhook_after),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    assert "attached" in mh.stdout.readline()
+    mh.send_signal(signal.SIGKILL)
+    mh.wait()
+
+
 def test_memhook_killed_target_unhooks_itself(tmp_path, targets):
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
-    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live", "--unhook-after", "1"),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
-    assert "attached" in mh.stdout.readline()
+    killed_once_attached(target.pid, "1")
     target.command("go")
-    mh.send_signal(signal.SIGKILL)
-    mh.wait()
     time.sleep(1.5)
     _, during = slot_values(target.pid, exe)
     assert during != before  # nobody restored anything yet: the target has not noticed
@@ -118,11 +123,7 @@ def test_take_over_from_a_dead_memhook(tmp_path, targets):
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
-    dead = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live", "--unhook-after", "0.5"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
-    assert "attached" in dead.stdout.readline()
-    dead.send_signal(signal.SIGKILL)
-    dead.wait()
+    killed_once_attached(target.pid, "0.5")
     time.sleep(1.0)  # stale, but no allocation has made the target notice
     mh = Memhook(target.pid, tmp_path)
     target.command("go")

@@ -20,12 +20,7 @@ static void* worker(void* arg) {
 
 static void* commands(void* arg) {
   (void)arg;
-  char cmd[64];
-  harness_ready();
-  while (harness_next(cmd, sizeof cmd)) {
-    if (!strcmp(cmd, "rounds")) printf("rounds %ld\n", rounds);
-    harness_done();
-  }
+  harness_serve_rounds(&rounds);
   exit(0);
 }
 

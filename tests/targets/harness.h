@@ -26,4 +26,14 @@ static void harness_done(void) {
   printf("done\n");
   fflush(stdout);
 }
+
+/* Say ready, then answer "rounds" with *rounds until "exit" or the end of input. */
+static void harness_serve_rounds(volatile long* rounds) {
+  char cmd[64];
+  harness_ready();
+  while (harness_next(cmd, sizeof cmd)) {
+    if (!strcmp(cmd, "rounds")) printf("rounds %ld\n", *rounds);
+    harness_done();
+  }
+}
 #endif

@@ -19,12 +19,7 @@ static void* spin(void* arg) {
 
 static void* commands(void* arg) {
   (void)arg;
-  char cmd[64];
-  harness_ready();
-  while (harness_next(cmd, sizeof cmd)) {
-    if (!strcmp(cmd, "rounds")) printf("rounds %ld\n", rounds);
-    harness_done();
-  }
+  harness_serve_rounds(&rounds);
   stop = 1;
   return 0;
 }
