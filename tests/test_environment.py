@@ -2,7 +2,9 @@
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,34 @@ def test_without_cap_sys_ptrace(nobody_target):
     one_line_error(proc, 1, "not allowed", "CAP_SYS_PTRACE")
     target.command("go")
     assert target.finish() == 0
+
+
+def test_not_root(tmp_path, targets):
+    """An ordinary user may not trace root's process: one line that says to use sudo. (memhook
+    runs from a world-readable copy of its installed packages, under the system Python, because
+    the test environment's own interpreter may live in root's home.)"""
+    import sys
+    import sysconfig
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None or subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"],
+                                        capture_output=True, text=True).stdout.strip() != \
+            str(sys.version_info[:2]):
+        pytest.skip("no system python3 of this version to run memhook as another user")
+    site_dir = Path(sysconfig.get_paths()["purelib"])
+    lib = Path(tempfile.mkdtemp(prefix="mh-test-"))
+    for name in os.listdir(site_dir):
+        if name.startswith(("memhook", "numpy", "elftools", "pyelftools")):
+            src = site_dir / name
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, lib / name)
+    subprocess.run(["chmod", "-R", "a+rX", str(lib)], check=True)
+    os.chmod(lib, 0o755)
+    try:
+        target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+        proc = subprocess.run([python, "-m", "memhook", "-p", str(target.pid)],
+                              capture_output=True, text=True, cwd="/", user="nobody",
+                              group="nogroup", env={"PYTHONPATH": str(lib), "PATH": "/usr/bin"})
+        one_line_error(proc, 1, "not allowed", "sudo")
+        target.command("go")
+        assert target.finish() == 0
+    finally:
+        shutil.rmtree(lib)
