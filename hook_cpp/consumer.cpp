@@ -102,7 +102,9 @@ class LiveMap {
   struct Slot {
     uint64_t key;
     uint64_t size;
+    uint64_t ts;  // when it was allocated (raw clock)
     uint32_t stack;
+    uint32_t tid;  // which thread allocated it
   };
 
   LiveMap() { resize(1 << 16); }
@@ -123,7 +125,7 @@ class LiveMap {
         return &slots_[i];
       }
       if (!slots_[i].key) {
-        slots_[i] = Slot{key, 0, 0};
+        slots_[i] = Slot{key, 0, 0, 0, 0};
         count_++;
         *inserted = true;
         return &slots_[i];
@@ -147,6 +149,7 @@ class LiveMap {
   }
 
   size_t size() const { return count_; }
+  const std::vector<Slot>& slots() const { return slots_; }
 
  private:
   static size_t hash(uint64_t k) {
@@ -159,7 +162,7 @@ class LiveMap {
   void resize(size_t n) {
     std::vector<Slot> old;
     old.swap(slots_);
-    slots_.assign(n, Slot{0, 0, 0});
+    slots_.assign(n, Slot{0, 0, 0, 0, 0});
     mask_ = n - 1;
     count_ = 0;
     bool inserted;
@@ -340,6 +343,32 @@ class Consumer {
     return py::make_tuple(offsets, frames);
   }
 
+  // Every block still live: ptr, size, stack, tid, ts (raw clock), as parallel numpy arrays.
+  py::dict live_blocks() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t n = live_.size(), j = 0;
+    py::array_t<uint64_t> ptr(n), size(n), ts(n);
+    py::array_t<uint32_t> stack(n), tid(n);
+    auto P = ptr.mutable_unchecked<1>(), S = size.mutable_unchecked<1>(), T = ts.mutable_unchecked<1>();
+    auto K = stack.mutable_unchecked<1>(), D = tid.mutable_unchecked<1>();
+    for (const auto& b : live_.slots()) {
+      if (!b.key) continue;
+      P(j) = b.key;
+      S(j) = b.size;
+      T(j) = b.ts;
+      K(j) = b.stack;
+      D(j) = b.tid;
+      j++;
+    }
+    py::dict d;
+    d["ptr"] = ptr;
+    d["size"] = size;
+    d["ts"] = ts;
+    d["stack"] = stack;
+    d["tid"] = tid;
+    return d;
+  }
+
   void record_events(bool on) {
     std::lock_guard<std::mutex> lock(mutex_);
     record_events_ = on;
@@ -488,6 +517,8 @@ class Consumer {
     }
     b->stack = e.stack;
     b->size = e.size;
+    b->ts = e.ts;
+    b->tid = e.tid;
     if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
     Site& s = sites_[e.stack];
     s.alloc_count++;
@@ -595,6 +626,7 @@ PYBIND11_MODULE(_native, m) {
       .def("sites", &Consumer::sites)
       .def("stacks", &Consumer::stacks, py::arg("since") = 0)
       .def("record_events", &Consumer::record_events)
+      .def("live_blocks", &Consumer::live_blocks)
       .def("take_events", &Consumer::take_events)
       .def("late_slots", &Consumer::late_slots)
       .def("any_busy", &Consumer::any_busy)

@@ -10,6 +10,7 @@ so a capture cut off by a crash or kill -9 reads up to its last complete block. 
   AGGR  npz    snapshot of the per-stack aggregates, indexed by stack id (the last one counts)
   TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
   EVTS  npz    every applied event, with --record-events
+  LIVE  npz    the blocks still live at the end: ptr, size, stack, tid, ts (ns since attach)
   END   -      the capture is complete
 Arrays are numpy .npz archives (allow_pickle off).
 """
@@ -24,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from . import procfs
+
 MAGIC = b"MEMHOOK\0CAPTURE\0"
 VERSION = 1
 HEADER = struct.Struct("<16sII")
@@ -33,6 +36,8 @@ SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outst
                 "outstanding_bytes", "op_mask")
 SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
                   "free_count", "dropped_events")
+MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
+LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
 TOP_STACKS = 20  # stacks sampled in the time series per interval
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
                         ("tid", "<u4"), ("op", "u1"), ("is_free", "u1"), ("pad", "V6")])
@@ -49,9 +54,12 @@ class Capture:
     sites: dict = field(default_factory=dict)      # SITE_COLUMNS -> array indexed by stack id
     stack_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint64))
     stack_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    series: dict = field(default_factory=dict)     # SERIES_COLUMNS + top_time_s/top_stack/top_bytes
+    # SERIES_COLUMNS and MEMORY_COLUMNS per row; top_time_s/top_stack/top_bytes for the largest
+    # stacks; stk_time_s/stk_id/stk_bytes whenever a stack's outstanding bytes changed
+    series: dict = field(default_factory=dict)
     events: np.ndarray | None = None               # EVENT_DTYPE without pad, ts in ns since start
     complete: bool = False
+    live: dict | None = None                       # LIVE_COLUMNS, ts in ns since start
 
     @property
     def stack_count(self) -> int:
@@ -102,6 +110,8 @@ def write(path: str, cap: Capture) -> None:
         w.arrays(b"TSER", **cap.series)
     if cap.events is not None:
         w.arrays(b"EVTS", **{n: cap.events[n] for n in cap.events.dtype.names})
+    if cap.live is not None:
+        w.arrays(b"LIVE", **cap.live)
     w.close()
 
 
@@ -214,6 +224,11 @@ class _Assembly:
         elif kind == b"TSER":
             for k, v in _load_npz(payload).items():
                 self.series.setdefault(k, []).append(v)
+        elif kind == b"LIVE":
+            z = _load_npz(payload)
+            if set(z) != set(LIVE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
+                raise ValueError("live block columns do not match")
+            self.cap.live = z
         elif kind == b"EVTS":
             z = _load_npz(payload)
             self.events.append(np.rec.fromarrays([z[n] for n in EVENT_DTYPE.names
@@ -255,9 +270,11 @@ class Recorder:
     record_events: bool = False
     writer: Writer | None = None
     stacks_written: int = 0
-    series: dict = field(default_factory=lambda: {k: [] for k in SERIES_COLUMNS})
+    series: dict = field(default_factory=lambda: {k: [] for k in SERIES_COLUMNS + MEMORY_COLUMNS})
     top: dict = field(default_factory=lambda: {"top_time_s": [], "top_stack": [],
-                                               "top_bytes": []})
+                                               "top_bytes": [], "stk_time_s": [], "stk_id": [],
+                                               "stk_bytes": []})
+    _last_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     events: list = field(default_factory=list)
     modules_written: int = -1
     _last_snapshot: float = 0.0
@@ -296,23 +313,28 @@ class Recorder:
         raw = np.frombuffer(consumer.take_events(), dtype=EVENT_DTYPE)
         ev = np.rec.fromarrays([raw[n] for n in EVENT_DTYPE.names if n != "pad"],
                                names=[n for n in EVENT_DTYPE.names if n != "pad"])
-        ev["ts"] = ((ev["ts"].astype(np.float64) - consumer.clock_origin)
-                    * consumer.ticks_to_ns()).astype(np.uint64)
+        ev["ts"] = self._ns_since_start(ev["ts"]).astype(np.uint64)
         return ev
 
     def tick(self, final: bool = False) -> None:
         consumer = self.session.consumer
         now = time.monotonic() - self._t0
         totals = consumer.totals()
-        row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]}}
-        for k in SERIES_COLUMNS:
+        row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
+               **procfs.memory(self.session.pid)}
+        for k in SERIES_COLUMNS + MEMORY_COLUMNS:
             self.series[k].append(row[k])
         out = consumer.sites()["outstanding_bytes"]
         top = np.argsort(-out.astype(np.float64))[:TOP_STACKS]
         top = top[out[top] > 0]
-        self.top["top_time_s"] += [now] * len(top)
-        self.top["top_stack"] += top.tolist()
-        self.top["top_bytes"] += out[top].tolist()
+        last = np.concatenate([self._last_out, np.zeros(len(out) - len(self._last_out), np.uint64)])
+        changed = np.nonzero(out != last)[0]
+        self._last_out = out
+        chunk = {"top_time_s": np.full(len(top), now), "top_stack": top.astype(np.uint64),
+                 "top_bytes": out[top], "stk_time_s": np.full(len(changed), now),
+                 "stk_id": changed.astype(np.uint64), "stk_bytes": out[changed]}
+        for k, v in chunk.items():
+            self.top[k] += v.tolist()
         ev = self._events()
         if ev is not None:
             self.events.append(ev)
@@ -320,9 +342,7 @@ class Recorder:
             return
         self._modules()
         self._stacks()
-        self.writer.arrays(b"TSER", **{k: np.asarray([row[k]]) for k in SERIES_COLUMNS},
-                           top_time_s=np.full(len(top), now), top_stack=top.astype(np.uint64),
-                           top_bytes=out[top])
+        self.writer.arrays(b"TSER", **{k: np.asarray([row[k]]) for k in row}, **chunk)
         if ev is not None and len(ev):
             self.writer.arrays(b"EVTS", **{n: ev[n] for n in ev.dtype.names})
         if final or time.monotonic() - self._last_snapshot >= self.snapshot_every:
@@ -336,18 +356,25 @@ class Recorder:
         consumer = self.session.consumer
         meta = self.session.metadata()
         meta["totals"] = _ints(consumer.totals())
+        live = consumer.live_blocks()
+        live["ts"] = self._ns_since_start(live["ts"]).astype(np.uint64)
         if self.writer:
             self.writer.json(b"META", meta)
+            self.writer.arrays(b"LIVE", **live)
             self.writer.close()
         offsets, frames = consumer.stacks(0)
         series = {k: np.asarray(v) for k, v in self.series.items()}
-        series.update({"top_time_s": np.asarray(self.top["top_time_s"], np.float64),
-                       "top_stack": np.asarray(self.top["top_stack"], np.uint64),
-                       "top_bytes": np.asarray(self.top["top_bytes"], np.uint64)})
+        series.update({k: np.asarray(v, np.float64 if k.endswith("time_s") else np.uint64)
+                       for k, v in self.top.items()})
         return Capture(meta, module_table(self.session.modules.values()),
                        {k: v.astype(np.uint64) for k, v in consumer.sites().items()},
                        offsets.astype(np.uint64), frames.astype(np.uint64), series,
-                       np.concatenate(self.events) if self.events else None, True)
+                       np.concatenate(self.events) if self.events else None, True, live)
+
+    def _ns_since_start(self, raw: np.ndarray) -> np.ndarray:
+        consumer = self.session.consumer
+        return np.maximum(raw.astype(np.float64) - consumer.clock_origin, 0) * \
+            consumer.ticks_to_ns()
 
 
 def _ints(d: dict) -> dict:

@@ -98,6 +98,8 @@ def report_parser() -> Parser:
                    default="outstanding", help="collapsed format: what a stack weighs")
     p.add_argument("--diff", metavar="OTHER", help="per-stack change in outstanding bytes from "
                    "this capture to OTHER")
+    p.add_argument("--min-age", type=positive_float, default=60.0,
+                   help="leak suspects: live blocks at least this many seconds old count as old")
     p.add_argument("--debug-dir", action="append", default=[],
                    help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
                    "repeatable; /usr/lib/debug is always searched")
@@ -129,7 +131,8 @@ def run_report(argv: list[str]) -> int:
         raise UsageError("--top must be at least 1")
     try:
         lookup = Lookup(a.debug_dir, a.sysroot)
-        filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top)
+        filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
+                                 a.min_age)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)

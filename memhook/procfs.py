@@ -90,6 +90,21 @@ def _denied(pid: int) -> TargetError:
     return TargetError(f"not allowed to inspect PID {pid}: run memhook as root (sudo)")
 
 
+def memory(pid: int) -> dict:
+    """Resident, anonymous resident and [heap] bytes of the process now (0 when gone)."""
+    out = {"rss_bytes": 0, "anon_bytes": 0, "heap_bytes": 0}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon"):
+                    out["rss_bytes" if key == "VmRSS" else "anon_bytes"] = int(value.split()[0]) * 1024
+        out["heap_bytes"] = sum(m.end - m.start for m in read_maps(pid) if m.path == "[heap]")
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def tracer(pid: int) -> int:
     """The PID of the debugger tracing `pid`, or 0."""
     with open(f"/proc/{pid}/status") as f:

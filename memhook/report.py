@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import hooks
-from .capture import SERIES_COLUMNS, Capture
+from . import analysis, hooks
+from .capture import MEMORY_COLUMNS, SERIES_COLUMNS, Capture
 from .symbolize import Symbolizer
 
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
@@ -26,6 +26,8 @@ class Filters:
     module: str | None = None    # substring of any frame's module path
     function: str | None = None  # regex searched in any frame's function name
     top: int | None = None
+    min_age_s: float = 60.0      # leak suspects: a live block this old counts as old
+    suspects: int = 10           # leak suspects listed
 
     def __post_init__(self):
         try:
@@ -84,9 +86,15 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         "sites": sites,
     }
     if cap.series and len(cap.series.get("time_s", [])):
+        columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS if k in cap.series]
         report["timeseries"] = [
             {k: (float(cap.series[k][j]) if k == "time_s" else int(cap.series[k][j]))
-             for k in SERIES_COLUMNS} for j in range(len(cap.series["time_s"]))]
+             for k in columns} for j in range(len(cap.series["time_s"]))]
+        ranked = analysis.suspects(cap, filters.min_age_s)[:filters.suspects]
+        symbolizer.prepare(x for r in ranked for x in cap.frames(r["stack"]))
+        report["leak_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
+                                    "frames": site_frames(cap, r["stack"], symbolizer)}
+                                   for r in ranked]
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]
@@ -130,6 +138,12 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     ]
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
+    if report.get("leak_suspects"):
+        lines.append("Leak suspects (growth at the end of the capture first):")
+        for n, r in enumerate(report["leak_suspects"][:top], 1):
+            where = next((frame_text(f) for f in r["frames"]), "?")
+            lines.append(f"  {n}. {where}: {r['outstanding_bytes']} bytes; "
+                         + "; ".join(r["reasons"]))
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
     lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
                  else "No outstanding allocations.")

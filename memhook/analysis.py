@@ -1,0 +1,96 @@
+"""Leak suspects: which call stacks keep growing, as opposed to caches that fill and plateau,
+data held since start-up, or churn. Computed with numpy from a capture's time series.
+
+Per stack with outstanding bytes at the end:
+- growth: the robust (Theil–Sen: median of pairwise slopes) trend of its outstanding bytes over
+  the whole capture, in bytes per minute;
+- late growth: the same over the last third of the capture — still growing, or plateaued;
+- never freed: the share of its allocations still outstanding;
+- old: the share of its live blocks older than --min-age.
+Score: the late growth rate (bytes per minute, 0 when not growing). A steadily growing stack
+therefore outranks a larger cache that has stopped growing and a one-off start-up allocation;
+stacks that do not grow at the end follow, by outstanding bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .capture import Capture
+
+MAX_POINTS = 200   # Theil–Sen is quadratic: longer series are subsampled evenly
+PLATEAU = 0.1      # late growth below this share of the overall growth: plateaued
+
+
+def theil_sen(t: np.ndarray, y: np.ndarray) -> float:
+    """Median slope over all pairs of points (robust to bursts); 0 for fewer than 2 points."""
+    if len(t) < 2:
+        return 0.0
+    if len(t) > MAX_POINTS:
+        pick = np.linspace(0, len(t) - 1, MAX_POINTS).astype(int)
+        t, y = t[pick], y[pick]
+    i, j = np.triu_indices(len(t), 1)
+    dt = t[j] - t[i]
+    ok = dt > 0
+    return float(np.median((y[j] - y[i])[ok] / dt[ok])) if ok.any() else 0.0
+
+
+def stack_series(cap: Capture) -> tuple[np.ndarray, dict]:
+    """The sample times, and each stack's outstanding bytes at every sample (forward-filled
+    from the times its value changed)."""
+    s = cap.series
+    times = np.asarray(s.get("time_s", []), np.float64)
+    ids = np.asarray(s.get("stk_id", []), np.int64)
+    at = np.asarray(s.get("stk_time_s", []), np.float64)
+    vals = np.asarray(s.get("stk_bytes", []), np.float64)
+    out = {}
+    for stack in np.unique(ids):
+        mine = ids == stack
+        idx = np.searchsorted(at[mine], times, side="right") - 1
+        out[int(stack)] = np.where(idx >= 0, vals[mine][np.maximum(idx, 0)], 0.0)
+    return times, out
+
+
+def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
+    """Stacks with outstanding bytes at the end, most suspect first (module docstring)."""
+    times, series = stack_series(cap)
+    end_s = float(times[-1]) if len(times) else 0.0
+    live = cap.live or {}
+    ages = {}
+    if live and len(live.get("stack", [])):
+        age = end_s - np.asarray(live["ts"], np.float64) / 1e9
+        for stack in np.unique(live["stack"]):
+            ages[int(stack)] = age[live["stack"] == stack]
+    late_from = end_s * 2 / 3
+    rows = []
+    for stack in np.nonzero(cap.sites["outstanding_bytes"])[0]:
+        stack = int(stack)
+        y = series.get(stack)
+        if y is None:
+            y = np.full(len(times), float(cap.sites["outstanding_bytes"][stack]))
+        growth = theil_sen(times, y) * 60
+        late = times >= late_from
+        late_growth = theil_sen(times[late], y[late]) * 60 if late.sum() >= 2 else growth
+        plateaued = growth > 0 and late_growth <= PLATEAU * growth
+        allocs = int(cap.sites["alloc_count"][stack])
+        never_freed = int(cap.sites["outstanding_count"][stack]) / allocs if allocs else 0.0
+        a = ages.get(stack, np.zeros(0))
+        old = float((a >= min_age_s).mean()) if len(a) else 0.0
+        reasons = []
+        if late_growth > 0:
+            reasons.append(f"still growing at {late_growth:.0f} B/min at the end")
+        elif plateaued:
+            reasons.append(f"grew {growth:.0f} B/min, then plateaued")
+        else:
+            reasons.append("not growing")
+        reasons.append(f"{never_freed:.0%} of its allocations never freed")
+        if len(a):
+            reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")
+        rows.append({"stack": stack,
+                     "outstanding_bytes": int(cap.sites["outstanding_bytes"][stack]),
+                     "growth_bytes_per_min": round(growth, 1),
+                     "late_growth_bytes_per_min": round(late_growth, 1),
+                     "plateaued": bool(plateaued), "never_freed_share": round(never_freed, 4),
+                     "old_share": round(old, 4), "score": round(max(late_growth, 0.0), 1),
+                     "reasons": reasons})
+    rows.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
+    return rows

@@ -1,0 +1,39 @@
+"""Leak analysis on targets of known shape."""
+import json
+import time
+
+from conftest import Memhook, build, run_memhook
+
+
+def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
+    target = targets(build(tmp_path, "shapes.c"))
+    mh = Memhook(target.pid, tmp_path, "--interval", "0.1")
+    time.sleep(0.3)  # samples before "run": the start-up data arrives after attach
+    target.command("run")
+    time.sleep(0.5)
+    mh.stop()
+    proc = run_memhook("report", mh.capture, "--format", "json", "--min-age", "1")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    by_function = {r["frames"][0]["function"]: r for r in rep["leak_suspects"]}
+    steady, cache, startup = (by_function[f] for f in ("steady_leak", "cache_fill",
+                                                         "startup_data"))
+    assert rep["leak_suspects"][0] is steady
+    assert steady["outstanding_bytes"] == 300 * 100
+    nominal = 100 / 0.010 * 60  # 100 B every 10 ms, in B/min (sleeps make it a little less)
+    assert 0.7 * nominal < steady["growth_bytes_per_min"] < 1.1 * nominal
+    assert steady["late_growth_bytes_per_min"] > 0.2 * nominal  # the flat tail is in the window
+    assert steady["score"] > 0 and steady["never_freed_share"] == 1.0
+    assert cache["outstanding_bytes"] == 80 * 1024 and cache["late_growth_bytes_per_min"] == 0
+    assert cache["score"] == 0 and startup["score"] == 0
+    assert startup["outstanding_bytes"] == 200000 and startup["old_share"] == 1.0
+    assert "still growing" in steady["reasons"][0]
+    # Larger but flat: listed after the leak, by size.
+    assert [r["frames"][0]["function"] for r in rep["leak_suspects"][1:3]] == \
+        ["startup_data", "cache_fill"]
+    rows = rep["timeseries"]
+    assert all(r["rss_bytes"] > 0 and r["anon_bytes"] > 0 for r in rows)
+    assert rows[-1]["heap_bytes"] >= 200000 or rows[-1]["anon_bytes"] >= 200000
+    text = run_memhook("report", mh.capture, "--min-age", "1").stdout
+    assert "Leak suspects" in text and text.index("steady_leak") < text.index("startup_data")
+    assert target.finish() == 0
