@@ -93,7 +93,13 @@ struct LoggedEvent {
 struct Site {
   uint64_t alloc_count = 0, alloc_bytes = 0, free_count = 0, free_bytes = 0;
   uint64_t out_count = 0, out_bytes = 0, op_mask = 0;
+  // Behaviour: who freed (the allocating thread or another), and heaptrack's "temporary":
+  // freed before its thread allocated anything else.
+  uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
 };
+
+constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
+inline int log2_bucket(uint64_t v) { return v ? std::min(63 - __builtin_clzll(v), kBuckets - 1) : 0; }
 
 // Live blocks by address: open addressing, linear probing, backward-shift deletion (no
 // tombstones). Addresses are never 0, so key 0 marks an empty slot.
@@ -199,6 +205,8 @@ class Consumer {
     stack_next_.push_back(0);
     stack_offsets_.push_back(0);
     sites_.push_back({});
+    size_hist_.resize(kBuckets);
+    life_hist_.resize(kBuckets);
     clock0_ = read_clock(ctl_->clock);
     ns0_ = monotonic_ns();
   }
@@ -242,6 +250,7 @@ class Consumer {
   }
 
   size_t drain_locked(bool final) {
+    ns_per_tick_ = ticks_to_ns();
     uint64_t watermark = UINT64_MAX;
     if (!final) {
       watermark = read_clock(ctl_->clock);
@@ -369,6 +378,42 @@ class Consumer {
     return d;
   }
 
+  // Behaviour per stack: free locality, temporaries, size and lifetime histograms (rows by
+  // stack id), and (stack, alloc tid, free tid, count) for every cross-thread pair seen.
+  py::dict behaviour() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t n = sites_.size();
+    py::dict d;
+    const char* names[] = {"freed_same_thread", "freed_other_thread", "temporary"};
+    uint64_t Site::*fields[] = {&Site::freed_same_thread, &Site::freed_other_thread,
+                                &Site::temporary};
+    for (int f = 0; f < 3; f++) {
+      py::array_t<uint64_t> a(n);
+      auto v = a.mutable_unchecked<1>();
+      for (size_t i = 0; i < n; i++) v(i) = sites_[i].*fields[f];
+      d[names[f]] = a;
+    }
+    for (auto [name, hist] : {std::make_pair("size_hist", &size_hist_),
+                              std::make_pair("lifetime_hist", &life_hist_)}) {
+      py::array_t<uint64_t> a({n, (size_t)kBuckets});
+      std::memcpy(a.mutable_data(), hist->data(), n * kBuckets * 8);
+      d[name] = a;
+    }
+    size_t m = thread_pairs_.size(), j = 0;
+    py::array_t<uint64_t> stack(m), atid(m), ftid(m), count(m);
+    for (const auto& [k, c] : thread_pairs_) {
+      stack.mutable_data()[j] = k.stack;
+      atid.mutable_data()[j] = k.alloc_tid;
+      ftid.mutable_data()[j] = k.free_tid;
+      count.mutable_data()[j++] = c;
+    }
+    d["pair_stack"] = stack;
+    d["pair_alloc_tid"] = atid;
+    d["pair_free_tid"] = ftid;
+    d["pair_count"] = count;
+    return d;
+  }
+
   void record_events(bool on) {
     std::lock_guard<std::mutex> lock(mutex_);
     record_events_ = on;
@@ -487,6 +532,8 @@ class Consumer {
     stack_next_.push_back(it == by_hash_.end() ? 0 : it->second);
     by_hash_[h] = id;
     sites_.push_back({});
+    size_hist_.resize(sites_.size() * kBuckets);
+    life_hist_.resize(sites_.size() * kBuckets);
     return id;
   }
 
@@ -503,6 +550,17 @@ class Consumer {
       s.free_bytes += b->size;
       s.out_count--;
       s.out_bytes -= b->size;
+      if (b->tid == e.tid) {
+        s.freed_same_thread++;
+      } else {
+        s.freed_other_thread++;
+        thread_pairs_[ThreadPair{b->stack, b->tid, e.tid}]++;  // rare: only these are mapped
+      }
+      LastAlloc& last = last_alloc_[e.tid & (kLastAllocSlots - 1)];
+      if (last.tid == e.tid && last.ptr == e.ptr) s.temporary++;
+      last.ptr = 0;
+      uint64_t lifetime = e.ts > b->ts ? (uint64_t)((e.ts - b->ts) * ns_per_tick_) : 0;
+      life_hist_[size_t(b->stack) * kBuckets + log2_bucket(lifetime)]++;
       live_.erase(b);
       return;
     }
@@ -520,6 +578,8 @@ class Consumer {
     b->ts = e.ts;
     b->tid = e.tid;
     if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
+    last_alloc_[e.tid & (kLastAllocSlots - 1)] = LastAlloc{e.tid, e.ptr};
+    size_hist_[size_t(e.stack) * kBuckets + log2_bucket(e.size)]++;
     Site& s = sites_[e.stack];
     s.alloc_count++;
     s.alloc_bytes += e.size;
@@ -543,6 +603,28 @@ class Consumer {
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0, busy_ns_ = 0, parsed_ = 0;
   uint64_t clock0_ = 0, ns0_ = 0;
+  struct ThreadPair {
+    uint32_t stack, alloc_tid, free_tid;
+    bool operator==(const ThreadPair& o) const {
+      return stack == o.stack && alloc_tid == o.alloc_tid && free_tid == o.free_tid;
+    }
+  };
+  struct ThreadPairHash {
+    size_t operator()(const ThreadPair& p) const {
+      return std::hash<uint64_t>()((uint64_t(p.stack) << 40) ^ (uint64_t(p.alloc_tid) << 20) ^
+                                   p.free_tid);
+    }
+  };
+  std::vector<uint64_t> size_hist_, life_hist_;  // kBuckets per stack
+  // Per thread, its latest allocation (direct-mapped by tid; a collision only forgets one).
+  static constexpr size_t kLastAllocSlots = 4096;
+  struct LastAlloc {
+    uint32_t tid;
+    uint64_t ptr;
+  };
+  std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kLastAllocSlots, LastAlloc{0, 0});
+  std::unordered_map<ThreadPair, uint64_t, ThreadPairHash> thread_pairs_;
+  double ns_per_tick_ = 1.0;
   mutable std::mutex mutex_;
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -604,6 +686,7 @@ PYBIND11_MODULE(_native, m) {
     return segment_bytes(nrings, ring_bytes);
   });
   m.attr("MAX_DEPTH") = kMaxDepth;
+  m.attr("HISTOGRAM_BUCKETS") = kBuckets;
   // Where memhook's detach script finds the late-patched slots in the target's copy.
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
   m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
@@ -627,6 +710,7 @@ PYBIND11_MODULE(_native, m) {
       .def("stacks", &Consumer::stacks, py::arg("since") = 0)
       .def("record_events", &Consumer::record_events)
       .def("live_blocks", &Consumer::live_blocks)
+      .def("behaviour", &Consumer::behaviour)
       .def("take_events", &Consumer::take_events)
       .def("late_slots", &Consumer::late_slots)
       .def("any_busy", &Consumer::any_busy)

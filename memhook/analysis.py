@@ -94,3 +94,61 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
                      "reasons": reasons})
     rows.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
     return rows
+
+
+def _share(part, whole) -> float:
+    return round(float(part) / float(whole), 4) if whole else 0.0
+
+
+def transient(cap: Capture, threshold_ns: float = 1e6, top: int = 10) -> list[dict]:
+    """Stacks ranked by churn: allocations freed within `threshold_ns` (lifetime buckets that
+    end at or below it), each one an allocator round trip that a stack buffer or a reused one
+    would save. Also heaptrack's "temporary": freed before its thread allocated again."""
+    b = cap.behaviour
+    if b is None:
+        return []
+    edges = 2.0 ** (np.arange(b["lifetime_hist"].shape[1]) + 1)  # bucket upper bounds, ns
+    quick = b["lifetime_hist"][:, edges <= threshold_ns].sum(axis=1)
+    rows = []
+    for stack in np.argsort(-quick.astype(np.float64))[:top]:
+        if quick[stack] == 0:
+            break
+        allocs = int(cap.sites["alloc_count"][stack])
+        rows.append({"stack": int(stack), "alloc_count": allocs,
+                     "transient_count": int(quick[stack]),
+                     "transient_share": _share(quick[stack], allocs),
+                     "temporary_share": _share(b["temporary"][stack], allocs)})
+    return rows
+
+
+def thread_locality(cap: Capture, top: int = 10) -> list[dict]:
+    """Stacks with blocks freed by another thread than the one that allocated them, most such
+    frees first: who frees (same thread, another, nobody yet) and the cross-thread matrix."""
+    b = cap.behaviour
+    if b is None:
+        return []
+    rows = []
+    for stack in np.argsort(-b["freed_other_thread"].astype(np.float64))[:top]:
+        other = int(b["freed_other_thread"][stack])
+        if other == 0:
+            break
+        allocs = int(cap.sites["alloc_count"][stack])
+        mine = b["pair_stack"] == stack
+        matrix = [{"alloc_tid": int(a), "free_tid": int(f), "count": int(c)} for a, f, c in
+                  zip(b["pair_alloc_tid"][mine], b["pair_free_tid"][mine], b["pair_count"][mine])]
+        rows.append({"stack": int(stack), "alloc_count": allocs,
+                     "same_thread_share": _share(b["freed_same_thread"][stack], allocs),
+                     "other_thread_share": _share(other, allocs),
+                     "live_share": _share(cap.sites["outstanding_count"][stack], allocs),
+                     "cross_thread_frees": sorted(matrix, key=lambda m: -m["count"])})
+    return rows
+
+
+def histograms(cap: Capture) -> dict:
+    """Overall log2 histograms: element b counts sizes (bytes) / lifetimes (ns) in
+    [2^b, 2^(b+1))."""
+    b = cap.behaviour
+    if b is None:
+        return {}
+    return {"size_log2": b["size_hist"].sum(axis=0).astype(int).tolist(),
+            "lifetime_ns_log2": b["lifetime_hist"].sum(axis=0).astype(int).tolist()}

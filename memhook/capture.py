@@ -10,6 +10,9 @@ so a capture cut off by a crash or kill -9 reads up to its last complete block. 
   AGGR  npz    snapshot of the per-stack aggregates, indexed by stack id (the last one counts)
   TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
   EVTS  npz    every applied event, with --record-events
+  BEHV  npz    behaviour per stack with every AGGR: freed_same_thread, freed_other_thread,
+               temporary, size_hist and lifetime_hist (log2 buckets, rows by stack id), and
+               pair_stack/pair_alloc_tid/pair_free_tid/pair_count for cross-thread frees
   LIVE  npz    the blocks still live at the end: ptr, size, stack, tid, ts (ns since attach)
   END   -      the capture is complete
 Arrays are numpy .npz archives (allow_pickle off).
@@ -38,6 +41,9 @@ SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_cou
                   "free_count", "dropped_events")
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
 LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
+BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary")
+BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist")
+BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
 TOP_STACKS = 20  # stacks sampled in the time series per interval
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
                         ("tid", "<u4"), ("op", "u1"), ("is_free", "u1"), ("pad", "V6")])
@@ -60,6 +66,7 @@ class Capture:
     events: np.ndarray | None = None               # EVENT_DTYPE without pad, ts in ns since start
     complete: bool = False
     live: dict | None = None                       # LIVE_COLUMNS, ts in ns since start
+    behaviour: dict | None = None                  # BEHAVIOUR_* arrays
 
     @property
     def stack_count(self) -> int:
@@ -110,6 +117,8 @@ def write(path: str, cap: Capture) -> None:
         w.arrays(b"TSER", **cap.series)
     if cap.events is not None:
         w.arrays(b"EVTS", **{n: cap.events[n] for n in cap.events.dtype.names})
+    if cap.behaviour is not None:
+        w.arrays(b"BEHV", **cap.behaviour)
     if cap.live is not None:
         w.arrays(b"LIVE", **cap.live)
     w.close()
@@ -224,6 +233,15 @@ class _Assembly:
         elif kind == b"TSER":
             for k, v in _load_npz(payload).items():
                 self.series.setdefault(k, []).append(v)
+        elif kind == b"BEHV":
+            z = _load_npz(payload)
+            if set(z) != set(BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_PAIRS):
+                raise ValueError("behaviour columns do not match")
+            rows = {len(z[k]) for k in BEHAVIOUR_ROWS} | {len(z[k]) for k in BEHAVIOUR_HISTS}
+            if len(rows) != 1 or any(z[k].ndim != 2 for k in BEHAVIOUR_HISTS) or \
+                    len({len(z[k]) for k in BEHAVIOUR_PAIRS}) != 1:
+                raise ValueError("behaviour arrays do not match")
+            self.cap.behaviour = z
         elif kind == b"LIVE":
             z = _load_npz(payload)
             if set(z) != set(LIVE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
@@ -251,6 +269,17 @@ class _Assembly:
         # Stacks that appeared after the last snapshot have no aggregates yet: zeros.
         cap.sites = {k: np.concatenate([cap.sites.get(k, np.zeros(0, np.uint64)),
                                         np.zeros(n - have, np.uint64)]) for k in SITE_COLUMNS}
+        b = cap.behaviour
+        if b is not None:
+            have = len(b["temporary"])
+            if have > n or int(np.max(b["pair_stack"], initial=0)) >= max(have, 1):
+                raise CaptureError(f"{path}: behaviour names stacks the capture does not hold")
+            pad = n - have
+            for k in BEHAVIOUR_ROWS:
+                b[k] = np.concatenate([b[k].astype(np.uint64), np.zeros(pad, np.uint64)])
+            for k in BEHAVIOUR_HISTS:
+                b[k] = np.concatenate([b[k].astype(np.uint64),
+                                       np.zeros((pad, b[k].shape[1]), np.uint64)])
         cap.series = {k: np.concatenate(v) for k, v in self.series.items()}
         if self.events:
             cap.events = np.concatenate(self.events)
@@ -348,6 +377,7 @@ class Recorder:
         if final or time.monotonic() - self._last_snapshot >= self.snapshot_every:
             self.writer.json(b"META", {"totals": _ints(totals)})
             self.writer.arrays(b"AGGR", **consumer.sites())
+            self.writer.arrays(b"BEHV", **consumer.behaviour())
             self._last_snapshot = time.monotonic()
 
     def finish(self) -> Capture:
@@ -369,7 +399,8 @@ class Recorder:
         return Capture(meta, module_table(self.session.modules.values()),
                        {k: v.astype(np.uint64) for k, v in consumer.sites().items()},
                        offsets.astype(np.uint64), frames.astype(np.uint64), series,
-                       np.concatenate(self.events) if self.events else None, True, live)
+                       np.concatenate(self.events) if self.events else None, True, live,
+                       consumer.behaviour())
 
     def _ns_since_start(self, raw: np.ndarray) -> np.ndarray:
         consumer = self.session.consumer

@@ -100,6 +100,8 @@ def report_parser() -> Parser:
                    "this capture to OTHER")
     p.add_argument("--min-age", type=positive_float, default=60.0,
                    help="leak suspects: live blocks at least this many seconds old count as old")
+    p.add_argument("--transient-threshold", type=positive_float, default=1.0,
+                   help="transient allocations: freed within this many milliseconds (default 1)")
     p.add_argument("--debug-dir", action="append", default=[],
                    help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
                    "repeatable; /usr/lib/debug is always searched")
@@ -132,7 +134,7 @@ def run_report(argv: list[str]) -> int:
     try:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
-                                 a.min_age)
+                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)

@@ -28,6 +28,7 @@ class Filters:
     top: int | None = None
     min_age_s: float = 60.0      # leak suspects: a live block this old counts as old
     suspects: int = 10           # leak suspects listed
+    transient_ns: float = 1e6    # transient allocations: freed within this many ns
 
     def __post_init__(self):
         try:
@@ -95,6 +96,13 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         report["leak_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
                                     "frames": site_frames(cap, r["stack"], symbolizer)}
                                    for r in ranked]
+    if cap.behaviour is not None:
+        for key, rows in (("transient", analysis.transient(cap, filters.transient_ns)),
+                          ("thread_locality", analysis.thread_locality(cap))):
+            symbolizer.prepare(x for r in rows for x in cap.frames(r["stack"]))
+            report[key] = [{**{k: v for k, v in r.items() if k != "stack"},
+                            "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
+        report["histograms"] = analysis.histograms(cap)
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]
@@ -144,6 +152,14 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             where = next((frame_text(f) for f in r["frames"]), "?")
             lines.append(f"  {n}. {where}: {r['outstanding_bytes']} bytes; "
                          + "; ".join(r["reasons"]))
+    for r in report.get("transient", [])[:3]:
+        where = next((frame_text(f) for f in r["frames"]), "?")
+        lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "
+                     f"freed quickly ({r['temporary_share']:.0%} before the next allocation)")
+    for r in report.get("thread_locality", [])[:3]:
+        where = next((frame_text(f) for f in r["frames"]), "?")
+        lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
+                     f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
     lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
                  else "No outstanding allocations.")

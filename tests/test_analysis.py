@@ -37,3 +37,35 @@ def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
     text = run_memhook("report", mh.capture, "--min-age", "1").stdout
     assert "Leak suspects" in text and text.index("steady_leak") < text.index("startup_data")
     assert target.finish() == 0
+
+
+def test_thread_locality_and_transients(tmp_path, targets):
+    """threads.c: each worker frees every odd block itself right away (a temporary) and hands
+    every even one to the freer thread."""
+    from test_lifecycle import ITERS, WORKERS
+    target = targets(build(tmp_path, "threads.c"))
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    mh.stop()
+    rep = json.loads(run_memhook("report", mh.capture, "--format", "json",
+                                 "--transient-threshold", "1000").stdout)
+    churn = next(r for r in rep["thread_locality"] if r["frames"][0]["function"] == "churn_alloc")
+    assert churn["alloc_count"] == WORKERS * ITERS
+    assert churn["same_thread_share"] == churn["other_thread_share"] == 0.5
+    assert churn["live_share"] == 0
+    matrix = churn["cross_thread_frees"]
+    assert len(matrix) == WORKERS and {m["count"] for m in matrix} == {ITERS // 2}
+    assert len({m["free_tid"] for m in matrix}) == 1  # all to the one freer thread
+    assert len({m["alloc_tid"] for m in matrix}) == WORKERS
+    transient = next(r for r in rep["transient"] if r["frames"][0]["function"] == "churn_alloc")
+    assert transient["temporary_share"] == 0.5  # the odd ones: freed before the next alloc
+    assert transient["transient_count"] >= WORKERS * ITERS // 2
+    sizes = rep["histograms"]["size_log2"]
+    expected = [0] * len(sizes)
+    for i in range(ITERS):
+        expected[(16 + i % 64).bit_length() - 1] += WORKERS
+    for w in range(WORKERS):
+        expected[(1000 + w).bit_length() - 1] += 100  # thread_leak
+    assert sizes == expected
+    assert sum(rep["histograms"]["lifetime_ns_log2"]) == rep["totals"]["free_count"]
+    assert target.finish() == 0

@@ -85,7 +85,7 @@ def block(kind: bytes, payload: bytes) -> bytes:
 
 
 @FUZZ
-@given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"TSER", b"EVTS"]),
+@given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"TSER", b"EVTS", b"BEHV", b"LIVE"]),
        st.binary(max_size=2048))
 def test_well_framed_garbage_blocks(tmp_path, kind, payload):
     """Checksums right, contents wrong: the block decoders must refuse, not crash."""
@@ -94,9 +94,11 @@ def test_well_framed_garbage_blocks(tmp_path, kind, payload):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("first", "offsets", "frames")),
-                       st.lists(st.integers(0, 2**64 - 1), max_size=6), max_size=10),
-       st.sampled_from([b"STKS", b"AGGR", b"TSER"]))
+@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("first", "offsets", "frames")
+                                       + capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_PAIRS
+                                       + capture.LIVE_COLUMNS),
+                       st.lists(st.integers(0, 2**64 - 1), max_size=6), max_size=12),
+       st.sampled_from([b"STKS", b"AGGR", b"TSER", b"BEHV", b"LIVE"]))
 def test_array_blocks_with_wrong_shapes(tmp_path, arrays, kind):
     import io
     buf = io.BytesIO()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Memhook, Target, build, site
+from conftest import Memhook, site
 
 
 def leftovers():
