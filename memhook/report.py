@@ -103,6 +103,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
             report[key] = [{**{k: v for k, v in r.items() if k != "stack"},
                             "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
         report["histograms"] = analysis.histograms(cap)
+    if analysis.process_memory(cap):
+        report["process_memory"] = analysis.process_memory(cap)
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]
@@ -144,6 +146,12 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
         f"dropped events: {t['dropped_events']}",
     ]
+    pm = report.get("process_memory")
+    if pm:
+        lines.append(f"  process: resident {human_bytes(pm['rss_bytes'])} (anonymous "
+                     f"{human_bytes(pm['anon_bytes'])}), live allocations "
+                     f"{human_bytes(pm['live_bytes'])}, gap {human_bytes(pm['gap_bytes'])}"
+                     + (f" — {pm['note']}" if pm.get("note") else ""))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     if report.get("leak_suspects"):

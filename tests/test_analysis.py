@@ -34,6 +34,10 @@ def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
     rows = rep["timeseries"]
     assert all(r["rss_bytes"] > 0 and r["anon_bytes"] > 0 for r in rows)
     assert rows[-1]["heap_bytes"] >= 200000 or rows[-1]["anon_bytes"] >= 200000
+    pm = rep["process_memory"]
+    assert pm["live_bytes"] == rep["totals"]["outstanding_bytes"]
+    assert pm["gap_bytes"] == pm["anon_bytes"] - pm["live_bytes"] and pm["rss_bytes"] > 0
+    assert pm["live_growth_bytes_per_min"] >= 0 and "note" not in pm
     text = run_memhook("report", mh.capture, "--min-age", "1").stdout
     assert "Leak suspects" in text and text.index("steady_leak") < text.index("startup_data")
     assert target.finish() == 0
@@ -68,4 +72,16 @@ def test_thread_locality_and_transients(tmp_path, targets):
         expected[(1000 + w).bit_length() - 1] += 100  # thread_leak
     assert sizes == expected
     assert sum(rep["histograms"]["lifetime_ns_log2"]) == rep["totals"]["free_count"]
+    assert target.finish() == 0
+
+
+def test_memory_growing_outside_malloc_is_noted(tmp_path, targets):
+    target = targets(build(tmp_path, "shapes.c"))
+    mh = Memhook(target.pid, tmp_path, "--interval", "0.1")
+    target.command("mmap")
+    mh.stop()
+    rep = json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)
+    pm = rep["process_memory"]
+    assert pm["live_bytes"] == 0 and pm["anon_growth_bytes_per_min"] > 1e6
+    assert "not allocated through malloc" in pm["note"]
     assert target.finish() == 0

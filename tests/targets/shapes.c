@@ -1,6 +1,7 @@
 /* Three shapes of outstanding memory over 3 seconds ("run"): a steady leak (100 B every 10 ms),
  * a bounded cache (1 KiB every 10 ms for the first 0.8 s, then full) and start-up data (200 KB
  * once, at the start). By bytes the steady leak is the smallest; by growth it is the leak. */
+#include <sys/mman.h>
 #include "harness.h"
 
 static void* cache[80];
@@ -22,6 +23,13 @@ int main(void) {
         cache_fill(i);
         churn();
         usleep(10000);
+      }
+    }
+    if (!strcmp(cmd, "mmap")) {  /* 8 MiB of anonymous memory over 2 s, none of it malloc'd */
+      for (int i = 0; i < 20; i++) {
+        char* p = mmap(0, 409600, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        memset(p, 1, 409600);
+        usleep(100000);
       }
     }
     harness_done();
