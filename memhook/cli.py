@@ -81,9 +81,11 @@ def report_parser() -> Parser:
     p = Parser(prog="memhook report", description="Report on a capture file, on this host or "
                "another one.")
     p.add_argument("capture", help="capture file written by memhook -o")
-    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed"), default="text",
-                   help="text (default), json, pprof (gzip profile.proto), collapsed (folded "
-                   "stacks for flame graphs)")
+    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html"),
+                   default="text", help="text (default), json, pprof (gzip profile.proto), "
+                   "collapsed (folded stacks for flame graphs), html (one self-contained file)")
+    p.add_argument("--plots", metavar="DIR", help="also write the report's pictures here")
+    p.add_argument("--plot-format", choices=("png", "svg"), default="png")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")
     p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
     p.add_argument("--min-size", type=size_arg, default=0,
@@ -159,7 +161,14 @@ def run_report(argv: list[str]) -> int:
              else report.render_diff_text(d, top=a.top or 10), a.output)
         return EXIT_OK
     rep = report.build(cap, symbolizer, filters)
-    if a.format == "json":
+    if a.plots:
+        from . import plots
+        for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
+            print(f"memhook: wrote {path}", file=sys.stderr)
+    if a.format == "html":
+        from . import html
+        out = html.render(cap, rep, symbolizer)
+    elif a.format == "json":
         out = json.dumps(rep, indent=1)
     elif a.format == "pprof":
         out = pprof.profile(cap, rep, symbolizer)

@@ -1,0 +1,160 @@
+"""Pictures of a report (matplotlib, headless): outstanding bytes over time by stack with the
+process's memory, size and lifetime histograms, and the growth of each leak suspect."""
+from __future__ import annotations
+
+import io
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
+
+from . import analysis  # noqa: E402
+from .capture import Capture  # noqa: E402
+
+STACKS_SHOWN = 8
+
+
+def _bytes(v, _pos=None) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(v) < 1024 or unit == "GiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} GiB"
+
+
+def _label(frames: list, width: int = 48) -> str:
+    f = next((f for f in frames if f.get("function")), frames[0] if frames else None)
+    name = (f or {}).get("function") or (f or {}).get("address") or "?"
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def _binary_ticks(axis, top: float) -> None:
+    """Byte ticks at round binary values (powers of two of a unit), about five of them."""
+    step = 2 ** max(0, int(np.ceil(np.log2(max(top, 1) / 5))))
+    axis.set_major_locator(MultipleLocator(step))
+    axis.set_major_formatter(FuncFormatter(_bytes))
+
+
+def over_time(cap: Capture, report: dict, symbolizer):
+    """Top: outstanding bytes of the largest stacks, stacked, and the anonymous resident memory
+    they live in. Bottom, same time axis: resident memory (RSS; it includes memhook's rings)."""
+    times, series = analysis.stack_series(cap)
+    fig, (ax, mem) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
+                                  gridspec_kw={"height_ratios": [3, 1.2]})
+    top_value = 1.0
+    if len(times):
+        final = {s: v[-1] for s, v in series.items()}
+        top = sorted(final, key=lambda s: -final[s])[:STACKS_SHOWN]
+        total = np.asarray(cap.series["outstanding_bytes"], np.float64)
+        layers = [series[s] for s in top]
+        labels = [_label([f.as_dict() for a in cap.frames(s)[:1] for f in symbolizer.frames(int(a))])
+                  for s in top]
+        rest = np.maximum(total - np.sum(layers, axis=0), 0) if layers else total
+        ax.stackplot(times, *layers, rest, labels=labels + ["other stacks"], alpha=0.85)
+        top_value = float(max(total.max(initial=1), 1))
+        if len(cap.series.get("anon_bytes", [])):
+            anon = np.asarray(cap.series["anon_bytes"], np.float64)
+            ax.plot(times, anon, "k--", linewidth=1.2, label="anonymous resident memory")
+            top_value = max(top_value, float(anon.max()))
+            mem.plot(times, anon, "k--", linewidth=1.2, label="anonymous resident")
+        if len(cap.series.get("rss_bytes", [])):
+            rss = np.asarray(cap.series["rss_bytes"], np.float64)
+            mem.plot(times, rss, "k-", linewidth=1.2, label="resident (RSS)")
+            _binary_ticks(mem.yaxis, float(rss.max()))
+    _binary_ticks(ax.yaxis, top_value)
+    ax.set_ylabel("outstanding bytes")
+    ax.set_title("Outstanding bytes by call stack")
+    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    ax.grid(alpha=0.3)
+    mem.set_ylabel("process")
+    mem.set_xlabel("time since attach (s)")
+    mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    mem.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _log2_labels(n: int, unit: str) -> list:
+    if unit == "B":
+        return [_bytes(2 ** b) for b in range(n)]
+    out = []
+    for b in range(n):
+        ns = 2 ** b
+        out.append(f"{ns:.0f} ns" if ns < 1e3 else f"{ns / 1e3:.0f} µs" if ns < 1e6
+                   else f"{ns / 1e6:.0f} ms" if ns < 1e9 else f"{ns / 1e9:.0f} s")
+    return out
+
+
+def histograms(cap: Capture, report: dict, symbolizer):
+    """Allocation sizes and lifetimes, log2 buckets."""
+    h = report.get("histograms", {})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, unit, title, xlabel in (
+            (axes[0], "size_log2", "B", "Allocation sizes", "size (from)"),
+            (axes[1], "lifetime_ns_log2", "ns", "Lifetimes of freed blocks", "lifetime (from)")):
+        counts = np.asarray(h.get(key, []), np.float64)
+        nz = np.nonzero(counts)[0]
+        lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, 1)
+        x = np.arange(lo, hi)
+        ax.bar(x, counts[lo:hi] if len(counts) else [0], color="tab:blue")
+        labels = _log2_labels(hi, unit)[lo:hi]
+        step = max(1, len(x) // 10)
+        ax.set_xticks(x[::step], labels[::step], rotation=45, ha="right", fontsize=8)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(("allocations" if unit == "B" else "frees") + " (log scale)")
+        ax.set_yscale("log")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def growth(cap: Capture, report: dict, symbolizer):
+    """Late growth rate of each leak suspect."""
+    rows = report.get("leak_suspects", [])[:STACKS_SHOWN]
+    fig, ax = plt.subplots(figsize=(10, 0.5 * max(len(rows), 2) + 1.5))
+    names = [_label(r["frames"]) for r in rows][::-1]
+    values = [r["late_growth_bytes_per_min"] for r in rows][::-1]
+    ax.barh(range(len(rows)), values, color=["tab:red" if v > 0 else "tab:gray" for v in values])
+    ax.set_yticks(range(len(rows)), names, fontsize=8)
+    top_value = max(values, default=1) or 1
+    _binary_ticks(ax.xaxis, top_value * 1.15)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, p: _bytes(v) + "/min"))
+    ax.set_xlim(0, top_value * 1.25)
+    for y, v in enumerate(values):
+        ax.text(v + top_value * 0.01, y, _bytes(v) + "/min", va="center", fontsize=8)
+    ax.set_xlabel("growth in the last third of the capture")
+    ax.set_title("Leak suspects: growth at the end of the capture")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {"outstanding_over_time": over_time, "histograms": histograms, "growth": growth}
+
+
+def render(cap: Capture, report: dict, symbolizer, fmt: str = "png") -> dict:
+    """{figure name: image bytes}."""
+    out = {}
+    for name, make in FIGURES.items():
+        fig = make(cap, report, symbolizer)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=110)
+        plt.close(fig)
+        out[name] = buf.getvalue()
+    return out
+
+
+def write(cap: Capture, report: dict, symbolizer, directory: str, fmt: str = "png") -> list:
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for name, data in render(cap, report, symbolizer, fmt).items():
+        path = os.path.join(directory, f"{name}.{fmt}")
+        with open(path, "wb") as f:
+            f.write(data)
+        paths.append(path)
+    return paths
