@@ -85,3 +85,32 @@ def test_memory_growing_outside_malloc_is_noted(tmp_path, targets):
     assert pm["live_bytes"] == 0 and pm["anon_growth_bytes_per_min"] > 1e6
     assert "not allocated through malloc" in pm["note"]
     assert target.finish() == 0
+
+
+def test_plots_and_html_report(tmp_path, targets):
+    import re
+    target = targets(build(tmp_path, "shapes.c"))
+    mh = Memhook(target.pid, tmp_path, "--interval", "0.1")
+    target.command("run")
+    mh.stop()
+    plots = tmp_path / "plots"
+    out = tmp_path / "report.html"
+    proc = run_memhook("report", mh.capture, "--format", "html", "-o", out, "--plots", plots,
+                       "--min-age", "1")
+    assert proc.returncode == 0, proc.stderr
+    import matplotlib.image
+    for name in ("outstanding_over_time", "histograms", "growth"):
+        png = plots / f"{name}.png"
+        image = matplotlib.image.imread(str(png))
+        assert image.shape[0] > 300 and image.shape[1] > 800
+        assert image[..., :3].std() > 0.05  # not a blank canvas
+    page = out.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", page)  # nothing fetched
+    assert "<script src" not in page and "<link" not in page
+    assert page.count("<svg") == 3
+    assert page.index("steady_leak") < page.index("startup_data")
+    flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
+                                 r"</script>", page, re.S).group(1))
+    by_leaf = {stack[-1]: value for stack, value in flame}
+    assert by_leaf["steady_leak"] == 300 * 100 and by_leaf["startup_data"] == 200000
+    assert target.finish() == 0

@@ -1,0 +1,129 @@
+"""One self-contained HTML file: summary, ranked leak suspects with their stacks, the plots as
+inline SVG, and an interactive flame graph of outstanding bytes. No network fetches."""
+from __future__ import annotations
+
+import html
+import json
+
+from . import plots
+from .capture import Capture
+from .report import frame_text, human_bytes
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse}td,th{padding:3px 10px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}tr:nth-child(even) td{background:#fafafa}.num{text-align:right}
+pre{margin:2px 0;font-size:12px;white-space:pre-wrap}.why{color:#555;font-size:12px}
+#flame{position:relative;width:100%;font-size:11px}
+#flame div{position:absolute;height:17px;overflow:hidden;white-space:nowrap;box-sizing:border-box;
+border:1px solid #fff;background:#e8864a;cursor:pointer;padding:0 3px;color:#000}
+#flame div:hover{background:#f2b07f}#crumb{margin:6px 0;font-size:12px;color:#555}
+svg{max-width:100%;height:auto}
+"""
+
+# An icicle: the root on top, callees below; widths are outstanding bytes. Click to zoom into a
+# frame, click the top bar to zoom out.
+SCRIPT = """
+const data = JSON.parse(document.getElementById('flame-data').textContent);
+const root = {name: 'all', value: 0, children: {}};
+for (const [stack, value] of data) {
+  let node = root; root.value += value;
+  for (const name of stack) {
+    node = node.children[name] = node.children[name] || {name, value: 0, children: {}};
+    node.value += value;
+  }
+}
+const box = document.getElementById('flame'), crumb = document.getElementById('crumb');
+function fmt(b) { const u = ['B','KiB','MiB','GiB']; let i = 0;
+  while (b >= 1024 && i < 3) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
+function draw(top, path) {
+  box.innerHTML = ''; let depth = 0;
+  const width = box.clientWidth;
+  function place(node, x, w, d) {
+    if (w < 2) return;
+    const el = document.createElement('div');
+    el.style.left = x + 'px'; el.style.width = w + 'px'; el.style.top = (d * 18) + 'px';
+    el.textContent = node.name; el.title = node.name + ' — ' + fmt(node.value);
+    el.onclick = () => draw(node === top ? (path.length ? path[path.length - 1][0] : root) : node,
+                            node === top ? path.slice(0, -1) : path.concat([[top]]));
+    box.appendChild(el); depth = Math.max(depth, d);
+    let cx = x;
+    for (const c of Object.values(node.children).sort((a, b) => b.value - a.value)) {
+      const cw = w * c.value / node.value; place(c, cx, cw, d + 1); cx += cw;
+    }
+  }
+  place(top, 0, width, 0);
+  box.style.height = ((depth + 1) * 18) + 'px';
+  crumb.textContent = top === root ? 'Click a frame to zoom in.' :
+      'Zoomed into ' + top.name + ' (' + fmt(top.value) + '); click the top bar to zoom out.';
+}
+draw(root, []);
+"""
+
+
+def _stack_html(frames: list, limit: int = 10) -> str:
+    lines = [html.escape(frame_text(f)) for f in frames[:limit]]
+    if len(frames) > limit:
+        lines.append(f"… {len(frames) - limit} more frames")
+    return "<pre>" + "\n".join(lines) + "</pre>"
+
+
+def render(cap: Capture, report: dict, symbolizer) -> str:
+    t = report["totals"]
+    figures = plots.render(cap, report, symbolizer, "svg")
+    svg = {k: v.decode().split("?>", 1)[-1] for k, v in figures.items()}  # drop XML headers
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>memhook report: PID "
+             f"{report['pid']}</title><style>{STYLE}</style></head><body>",
+             f"<h1>memhook report: PID {report['pid']}</h1>",
+             f"<p>{html.escape(str(report['command']))} — {report['duration_s']} s traced"
+             + (" (capture cut off)" if report.get("incomplete") else "") + "</p>",
+             "<table>"]
+    for label, value in (("outstanding", f"{human_bytes(t['outstanding_bytes'])} in "
+                                         f"{t['outstanding_count']} blocks"),
+                         ("allocated", f"{human_bytes(t['alloc_bytes'])} in {t['alloc_count']} "
+                                       "blocks"),
+                         ("freed", f"{human_bytes(t['free_bytes'])} in {t['free_count']} blocks"),
+                         ("unknown frees", t["unknown_free_count"]),
+                         ("dropped events", t["dropped_events"])):
+        parts.append(f"<tr><th>{label}</th><td>{value}</td></tr>")
+    pm = report.get("process_memory")
+    if pm:
+        parts.append(f"<tr><th>process</th><td>resident {human_bytes(pm['rss_bytes'])}, "
+                     f"anonymous {human_bytes(pm['anon_bytes'])}, gap to live bytes "
+                     f"{human_bytes(pm['gap_bytes'])}"
+                     + (f"<br><b>{html.escape(pm['note'])}</b>" if pm.get("note") else "")
+                     + "</td></tr>")
+    parts.append("</table>")
+    parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by growth in the last third of the "
+                 "capture (robust slope); stacks that no longer grow follow by size.</p><table>"
+                 "<tr><th>#</th><th class='num'>outstanding</th><th class='num'>growth at the "
+                 "end</th><th>why</th><th>stack</th></tr>")
+    for n, r in enumerate(report.get("leak_suspects", []), 1):
+        parts.append(f"<tr><td>{n}</td><td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
+                     f"<td class='num'>{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
+                     f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"
+                     f"<td>{_stack_html(r['frames'])}</td></tr>")
+    parts.append("</table>")
+    parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
+    parts.append("<h2>Flame graph of outstanding bytes</h2><div id='crumb'></div>"
+                 "<div id='flame'></div>")
+    folded = [[[f["function"] or f["address"] for f in reversed(s["frames"])],
+               s["outstanding_bytes"]] for s in report["sites"] if s["outstanding_bytes"] > 0]
+    parts.append("<script id='flame-data' type='application/json'>"
+                 + json.dumps(folded).replace("</", "<\\/") + "</script>")
+    parts.append(f"<h2>Sizes and lifetimes</h2>{svg['histograms']}")
+    for key, title in (("transient", "Transient allocations (freed quickly)"),
+                       ("thread_locality", "Freed by another thread")):
+        rows = report.get(key, [])
+        if not rows:
+            continue
+        parts.append(f"<h2>{title}</h2><table>")
+        for r in rows:
+            stats = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r.items()
+                              if k not in ("frames", "cross_thread_frees"))
+            parts.append(f"<tr><td class='why'>{html.escape(stats)}</td>"
+                         f"<td>{_stack_html(r['frames'], 6)}</td></tr>")
+        parts.append("</table>")
+    parts.append(f"<script>{SCRIPT}</script></body></html>")
+    return "\n".join(parts)
