@@ -179,3 +179,42 @@ def test_gdb_missing(tmp_path, lifecycle_target):
     one_line_error(proc, 1, "gdb is not installed", "apt-get install gdb")
     assert lifecycle_target.finish() == 0
 
+
+
+def test_live_view_on_a_terminal(tmp_path, lifecycle_target):
+    """On a terminal the live view is a table redrawn in place; piped, it is plain lines
+    (test_duration_and_live_view)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+    proc = subprocess.Popen(memhook_cmd("-p", lifecycle_target.pid, "--duration", "2",
+                                        "--interval", "0.4"), stdout=slave, stderr=slave,
+                            cwd="/")
+    os.close(slave)
+    out = b""
+    sent = False
+    while True:
+        ready, _, _ = select.select([master], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not sent and b"attached" in out:
+            lifecycle_target.command("go")
+            sent = True
+    proc.wait(timeout=30)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0
+    assert text.count("\x1b[H\x1b[2J") >= 2  # redrawn in place
+    assert "OUTSTANDING" in text and "GROWTH" in text and "Ctrl-C detaches" in text
+    assert "late_leak" in text and "allocs/s" in text and "RSS" in text
+    assert lifecycle_target.finish() == 0
