@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,25 @@ class Filters:
         return True
 
 
+class Progress:
+    """A percentage on standard error for long jobs, when it is a terminal."""
+
+    def __init__(self, what: str, total: int, minimum: int = 2000):
+        self.what, self.total, self.n, self.shown = what, total, 0, -1
+        self.on = total >= minimum and sys.stderr.isatty()
+
+    def step(self) -> None:
+        self.n += 1
+        pct = 100 * self.n // max(self.total, 1)
+        if self.on and pct != self.shown:
+            self.shown = pct
+            print(f"\rmemhook: {self.what}: {pct}%", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+
+
 def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
     s = cap.sites
     ids = np.nonzero(s["alloc_count"])[0]
@@ -68,7 +88,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     candidates = _candidate_stacks(cap, filters)
     symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
     sites = []
+    progress = Progress("symbolizing call stacks", len(candidates))
     for i in candidates:
+        progress.step()
         frames = site_frames(cap, int(i), symbolizer)
         if not filters.keep(frames):
             continue
@@ -78,6 +100,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         sites.append(site)
         if filters.top and len(sites) >= filters.top:
             break
+    progress.done()
     meta = cap.meta
     totals = meta.get("totals", {})
     report = {

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -505,10 +506,17 @@ class Symbolizer:
             m = self._module_of(a)
             if m is not None:
                 by_module.setdefault(id(m), (m, []))[1].append(a - m["bias"] - 1)
+        loud = sys.stderr.isatty() and sum(len(v) for _, v in by_module.values()) >= 2000
         for m, vaddrs in by_module.values():
             syms = self._module_symbols(m)
             if syms is not None and syms.dwarf_path:
+                if loud:
+                    print(f"\rmemhook: symbolizing {len(vaddrs)} addresses in "
+                          f"{os.path.basename(m['path'])} ({self.line_tool.name})\x1b[K", end="",
+                          file=sys.stderr, flush=True)
                 syms.located.update(self.line_tool.locate_many(syms.dwarf_path, vaddrs))
+        if loud:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
 
     def frames(self, address: int) -> list:
         """The frames at one return address, innermost (inlined) first."""
