@@ -378,8 +378,9 @@ class Consumer {
     return d;
   }
 
-  // Behaviour per stack: free locality, temporaries, size and lifetime histograms (rows by
-  // stack id), and (stack, alloc tid, free tid, count) for every cross-thread pair seen.
+  // Behaviour per stack: free locality, temporaries, size and lifetime histograms and the ages
+  // of live blocks (rows by stack id), and (stack, alloc tid, free tid, count) for every
+  // cross-thread pair seen.
   py::dict behaviour() const {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t n = sites_.size();
@@ -399,6 +400,17 @@ class Consumer {
       std::memcpy(a.mutable_data(), hist->data(), n * kBuckets * 8);
       d[name] = a;
     }
+    // Ages of the blocks live now, per stack: bounded by the stacks, however large the heap.
+    py::array_t<uint64_t> ages({n, (size_t)kBuckets});
+    uint64_t* age = ages.mutable_data();
+    std::memset(age, 0, n * kBuckets * 8);
+    uint64_t now = read_clock(ctl_->clock);
+    double per_tick = ticks_to_ns();
+    for (const auto& b : live_.slots())
+      if (b.key && b.stack < n)
+        age[size_t(b.stack) * kBuckets +
+            log2_bucket(now > b.ts ? (uint64_t)((now - b.ts) * per_tick) : 0)]++;
+    d["age_hist"] = ages;
     size_t m = thread_pairs_.size(), j = 0;
     py::array_t<uint64_t> stack(m), atid(m), ftid(m), count(m);
     for (const auto& [k, c] : thread_pairs_) {

@@ -6,7 +6,8 @@ Per stack with outstanding bytes at the end:
   the whole capture, in bytes per minute;
 - late growth: the same over the last third of the capture — still growing, or plateaued;
 - never freed: the share of its allocations still outstanding;
-- old: the share of its live blocks older than --min-age.
+- old: the share of its live blocks older than --min-age (from each block's age with
+  --record-events, otherwise from log2 age buckets: a bucket counts once it starts at min-age).
 Score: the late growth rate (bytes per minute, 0 when not growing). A steadily growing stack
 therefore outranks a larger cache that has stopped growing and a one-off start-up allocation;
 stacks that do not grow at the end follow, by outstanding bytes.
@@ -55,11 +56,15 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
     times, series = stack_series(cap)
     end_s = float(times[-1]) if len(times) else 0.0
     live = cap.live or {}
-    ages = {}
+    ages = {}  # stack -> ages (s) of its live blocks, when the capture has them per block
     if live and len(live.get("stack", [])):
         age = end_s - np.asarray(live["ts"], np.float64) / 1e9
         for stack in np.unique(live["stack"]):
             ages[int(stack)] = age[live["stack"] == stack]
+    age_hist = cap.behaviour["age_hist"] if cap.behaviour is not None else None
+    # Otherwise log2 buckets: a bucket counts as old when it starts at min_age or later.
+    old_buckets = 2.0 ** np.arange(age_hist.shape[1]) >= min_age_s * 1e9 \
+        if age_hist is not None else None
     late_from = end_s * 2 / 3
     rows = []
     for stack in np.nonzero(cap.sites["outstanding_bytes"])[0]:
@@ -74,7 +79,13 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         allocs = int(cap.sites["alloc_count"][stack])
         never_freed = int(cap.sites["outstanding_count"][stack]) / allocs if allocs else 0.0
         a = ages.get(stack, np.zeros(0))
-        old = float((a >= min_age_s).mean()) if len(a) else 0.0
+        if len(a):
+            old, counted = float((a >= min_age_s).mean()), True
+        elif age_hist is not None and age_hist[stack].sum():
+            old = float(age_hist[stack][old_buckets].sum() / age_hist[stack].sum())
+            counted = True
+        else:
+            old, counted = 0.0, False
         reasons = []
         if late_growth > 0:
             reasons.append(f"still growing at {late_growth:.0f} B/min at the end")
@@ -83,7 +94,7 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         else:
             reasons.append("not growing")
         reasons.append(f"{never_freed:.0%} of its allocations never freed")
-        if len(a):
+        if counted:
             reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")
         rows.append({"stack": stack,
                      "outstanding_bytes": int(cap.sites["outstanding_bytes"][stack]),

@@ -11,9 +11,11 @@ so a capture cut off by a crash or kill -9 reads up to its last complete block. 
   TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
   EVTS  npz    every applied event, with --record-events
   BEHV  npz    behaviour per stack with every AGGR: freed_same_thread, freed_other_thread,
-               temporary, size_hist and lifetime_hist (log2 buckets, rows by stack id), and
-               pair_stack/pair_alloc_tid/pair_free_tid/pair_count for cross-thread frees
-  LIVE  npz    the blocks still live at the end: ptr, size, stack, tid, ts (ns since attach)
+               temporary, size_hist, lifetime_hist and age_hist (ages of live blocks then; log2
+               buckets, rows by stack id), and pair_stack/pair_alloc_tid/pair_free_tid/
+               pair_count for cross-thread frees
+  LIVE  npz    with --record-events: the blocks still live at the end: ptr, size, stack, tid,
+               ts (ns since attach)
   END   -      the capture is complete
 Arrays are numpy .npz archives (allow_pickle off).
 """
@@ -42,7 +44,7 @@ SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_cou
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
 LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
 BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary")
-BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist")
+BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")
 BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
 TOP_STACKS = 20  # stacks sampled in the time series per interval
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
@@ -386,11 +388,14 @@ class Recorder:
         consumer = self.session.consumer
         meta = self.session.metadata()
         meta["totals"] = _ints(consumer.totals())
-        live = consumer.live_blocks()
-        live["ts"] = self._ns_since_start(live["ts"]).astype(np.uint64)
+        live = None
+        if self.record_events:  # per block: it grows with the heap, so only when asked
+            live = consumer.live_blocks()
+            live["ts"] = self._ns_since_start(live["ts"]).astype(np.uint64)
         if self.writer:
             self.writer.json(b"META", meta)
-            self.writer.arrays(b"LIVE", **live)
+            if live is not None:
+                self.writer.arrays(b"LIVE", **live)
             self.writer.close()
         offsets, frames = consumer.stacks(0)
         series = {k: np.asarray(v) for k, v in self.series.items()}
