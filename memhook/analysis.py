@@ -186,3 +186,13 @@ def process_memory(cap: Capture) -> dict:
         out["note"] = ("anonymous memory grows while traced live bytes do not: fragmentation, "
                        "allocator caching, or memory that is not allocated through malloc")
     return out
+
+
+def stack_histograms(cap: Capture, stack: int) -> dict:
+    """One stack's log2 histograms (as histograms() for the whole process)."""
+    b = cap.behaviour
+    if b is None:
+        return {}
+    return {"size_log2": b["size_hist"][stack].astype(int).tolist(),
+            "lifetime_ns_log2": b["lifetime_hist"][stack].astype(int).tolist(),
+            "age_ns_log2": b["age_hist"][stack].astype(int).tolist()}

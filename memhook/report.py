@@ -117,6 +117,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         ranked = analysis.suspects(cap, filters.min_age_s)[:filters.suspects]
         symbolizer.prepare(x for r in ranked for x in cap.frames(r["stack"]))
         report["leak_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
+                                    **analysis.stack_histograms(cap, r["stack"]),
                                     "frames": site_frames(cap, r["stack"], symbolizer)}
                                    for r in ranked]
     if cap.behaviour is not None:

@@ -28,6 +28,8 @@ def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
     assert cache["score"] == 0 and startup["score"] == 0
     assert startup["outstanding_bytes"] == 200000 and startup["old_share"] == 1.0
     assert "still growing" in steady["reasons"][0]
+    assert steady["size_log2"][6] == 300 and sum(steady["size_log2"]) == 300  # 100 B: [64, 128)
+    assert sum(steady["age_ns_log2"]) == 300 and sum(steady["lifetime_ns_log2"]) == 0
     # Larger but flat: listed after the leak, by size.
     assert [r["frames"][0]["function"] for r in rep["leak_suspects"][1:3]] == \
         ["startup_data", "cache_fill"]
