@@ -320,19 +320,11 @@ class Consumer {
   // Per-stack aggregates as numpy columns, indexed by stack id (row 0 is unused).
   py::dict sites() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    size_t n = sites_.size();
-    const char* names[] = {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
-                           "outstanding_count", "outstanding_bytes", "op_mask"};
-    uint64_t Site::*fields[] = {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count,
-                                &Site::free_bytes, &Site::out_count, &Site::out_bytes,
-                                &Site::op_mask};
     py::dict d;
-    for (int f = 0; f < 7; f++) {
-      py::array_t<uint64_t> a(n);
-      auto v = a.mutable_unchecked<1>();
-      for (size_t i = 0; i < n; i++) v(i) = sites_[i].*fields[f];
-      d[names[f]] = a;
-    }
+    site_columns(d, {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
+                     "outstanding_count", "outstanding_bytes", "op_mask"},
+                 {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count, &Site::free_bytes,
+                  &Site::out_count, &Site::out_bytes, &Site::op_mask});
     return d;
   }
 
@@ -385,15 +377,8 @@ class Consumer {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t n = sites_.size();
     py::dict d;
-    const char* names[] = {"freed_same_thread", "freed_other_thread", "temporary"};
-    uint64_t Site::*fields[] = {&Site::freed_same_thread, &Site::freed_other_thread,
-                                &Site::temporary};
-    for (int f = 0; f < 3; f++) {
-      py::array_t<uint64_t> a(n);
-      auto v = a.mutable_unchecked<1>();
-      for (size_t i = 0; i < n; i++) v(i) = sites_[i].*fields[f];
-      d[names[f]] = a;
-    }
+    site_columns(d, {"freed_same_thread", "freed_other_thread", "temporary"},
+                 {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary});
     for (auto [name, hist] : {std::make_pair("size_hist", &size_hist_),
                               std::make_pair("lifetime_hist", &life_hist_)}) {
       py::array_t<uint64_t> a({n, (size_t)kBuckets});
@@ -478,6 +463,18 @@ class Consumer {
   }
 
  private:
+  // Site fields as numpy columns named `names`, one row per stack id.
+  void site_columns(py::dict& d, std::initializer_list<const char*> names,
+                    std::initializer_list<uint64_t Site::*> fields) const {
+    auto name = names.begin();
+    for (uint64_t Site::*field : fields) {
+      py::array_t<uint64_t> a(sites_.size());
+      auto v = a.mutable_unchecked<1>();
+      for (size_t i = 0; i < sites_.size(); i++) v(i) = sites_[i].*field;
+      d[*name++] = a;
+    }
+  }
+
   RingHeader* ring(uint32_t i) const {
     return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
   }
