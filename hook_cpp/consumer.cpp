@@ -78,7 +78,9 @@ struct Event {
   uint8_t is_free;
 };
 
-// One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python).
+// One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python). Not an
+// Event: these bytes go into capture files, so the padding is explicit and zeroed, never a
+// leftover of memhook's own memory.
 struct LoggedEvent {
   uint64_t ts;  // raw clock; Python converts with ticks_to_ns()
   uint64_t ptr;
