@@ -203,6 +203,8 @@ class Consumer {
         bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes))
       throw std::runtime_error("segment has the wrong format");
     last_ts_.assign(ctl_->nrings, 0);
+    busy_cursor_.assign(ctl_->nrings, 0);
+    busy_since_.assign(ctl_->nrings, 0);
     stacks_.push_back({});  // stack id 0: none
     stack_next_.push_back(0);
     stack_offsets_.push_back(0);
@@ -274,7 +276,8 @@ class Consumer {
       if (!std::is_sorted(pending_.begin() + batch, pending_.end(), by_ts))
         std::stable_sort(pending_.begin() + batch, pending_.end(), by_ts);  // TSC went back
       std::inplace_merge(pending_.begin(), pending_.begin() + batch, pending_.end(), by_ts);
-      if (busy && !final) watermark = std::min(watermark, last_ts_[i]);
+      if (!busy) busy_cursor_[i] = 0;
+      if (busy && !final && !stuck(i, w)) watermark = std::min(watermark, last_ts_[i]);
     }
     const size_t parsed = pending_.size() - staged_from;
     size_t n = 0;
@@ -481,6 +484,18 @@ class Consumer {
     return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
   }
 
+  // A ring busy at the same cursor for kStuckNs: its writer died or stopped inside a hook.
+  // It no longer holds the watermark back, or pending events would pile up for ever.
+  bool stuck(uint32_t i, uint64_t write) {
+    uint64_t now = monotonic_ns();
+    if (busy_cursor_[i] != write + 1) {
+      busy_cursor_[i] = write + 1;  // +1: a cursor of 0 is a valid position
+      busy_since_[i] = now;
+      return false;
+    }
+    return now - busy_since_[i] > kStuckNs;
+  }
+
   uint64_t margin_ticks() const {
     double per_ns = 1.0 / ticks_to_ns();
     return (uint64_t)(50e6 * per_ns);  // 50 ms
@@ -604,6 +619,8 @@ class Consumer {
   int fd_ = -1;
   Control* ctl_ = nullptr;
   std::vector<uint64_t> last_ts_;
+  std::vector<uint64_t> busy_cursor_, busy_since_;  // for stuck(): cursor + 1 and since when
+  static constexpr uint64_t kStuckNs = 2000000000;
   std::vector<Event> pending_;
   std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
   std::vector<uint32_t> stack_next_;                // next stack id with the same hash

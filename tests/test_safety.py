@@ -182,3 +182,26 @@ def test_target_pause_under_50_ms(tmp_path):
         assert statistics.median(pauses) < 50, pauses
     finally:
         target.kill()
+
+
+def test_thread_stuck_inside_a_hook_does_not_stall_the_consumer(tmp_path, targets):
+    """A writer blocked mid-event holds back the merge only for a while: after 2 s the other
+    threads' events are applied again instead of piling up in memhook."""
+    from memhook.session import Options, Session
+    target = targets(build(tmp_path, "slow_free.c"))
+    session = Session(target.pid, Options())
+    session.attach()
+    try:
+        target.proc.stdin.write("block\n")
+        target.proc.stdin.flush()
+        time.sleep(1.0)
+        early = session.consumer.totals()
+        assert early["pending_events"] > 0  # held back behind the blocked free: as it must be
+        time.sleep(2.5)
+        later = session.consumer.totals()
+        assert later["events"] > early["events"] + 500  # the worker's events flow again
+        assert later["pending_events"] < 200
+        target.expect("done", timeout=10)
+    finally:
+        session.detach("test")
+    assert target.finish() == 0
