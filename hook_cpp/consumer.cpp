@@ -72,6 +72,8 @@ struct Event {
   uint64_t ts;
   uint64_t ptr;
   uint64_t size;
+  uint64_t hook_frame;    // where on the thread's stack the hook ran (0: unknown)
+  uint64_t caller_frame;  // allocations: frame base of the allocating function (0: unknown)
   uint32_t stack;
   uint32_t tid;
   uint8_t op;
@@ -98,6 +100,7 @@ struct Site {
   // Behaviour: who freed (the allocating thread or another), and heaptrack's "temporary":
   // freed before its thread allocated anything else.
   uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
+  uint64_t freed_same_call = 0;  // freed while the allocating call was still active
 };
 
 constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
@@ -113,6 +116,7 @@ class LiveMap {
     uint64_t ts;  // when it was allocated (raw clock)
     uint32_t stack;
     uint32_t tid;  // which thread allocated it
+    uint32_t call_index, call_seq;  // its allocating call in the thread's active frames
   };
 
   LiveMap() { resize(1 << 16); }
@@ -133,7 +137,7 @@ class LiveMap {
         return &slots_[i];
       }
       if (!slots_[i].key) {
-        slots_[i] = Slot{key, 0, 0, 0, 0};
+        slots_[i] = Slot{key, 0, 0, 0, 0, 0, 0};
         count_++;
         *inserted = true;
         return &slots_[i];
@@ -170,7 +174,7 @@ class LiveMap {
   void resize(size_t n) {
     std::vector<Slot> old;
     old.swap(slots_);
-    slots_.assign(n, Slot{0, 0, 0, 0, 0});
+    slots_.assign(n, Slot{0, 0, 0, 0, 0, 0, 0});
     mask_ = n - 1;
     count_ = 0;
     bool inserted;
@@ -382,8 +386,9 @@ class Consumer {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t n = sites_.size();
     py::dict d;
-    site_columns(d, {"freed_same_thread", "freed_other_thread", "temporary"},
-                 {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary});
+    site_columns(d, {"freed_same_thread", "freed_other_thread", "temporary", "freed_same_call"},
+                 {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary,
+                  &Site::freed_same_call});
     for (auto [name, hist] : {std::make_pair("size_hist", &size_hist_),
                               std::make_pair("lifetime_hist", &life_hist_)}) {
       py::array_t<uint64_t> a({n, (size_t)kBuckets});
@@ -513,19 +518,25 @@ class Consumer {
         rd += cap - pos;
         continue;
       }
-      size_t head = sizeof(Record) + (rec->kind == kRealloc ? sizeof(RecordRealloc) : 0);
+      size_t head = sizeof(Record) + (rec->kind == kRealloc ? sizeof(RecordRealloc) : 0) +
+                    (rec->kind == kFree ? 0 : sizeof(RecordFrame));
       uint32_t nf = std::min<uint32_t>(rec->nframes, kMaxDepth);
       size_t len = head + 8 * (size_t)nf;
       if (rec->kind > kRealloc || pos + len > cap || rd + len > w) break;  // malformed: stop
       const uint64_t* frames = (const uint64_t*)((uint8_t*)rec + head);
       if (rec->kind == kFree) {
-        pending_.push_back({rec->ts, rec->ptr, 0, 0, rec->tid, rec->op, 1});
+        pending_.push_back({rec->ts, rec->ptr, 0, rec->size, 0, 0, rec->tid, rec->op, 1});
       } else {
+        const RecordFrame* where = (const RecordFrame*)((const uint8_t*)rec + head -
+                                                        sizeof(RecordFrame));
         if (rec->kind == kRealloc) {
           const RecordRealloc* x = (const RecordRealloc*)(rec + 1);
-          if (x->old) pending_.push_back({x->ts_free, x->old, 0, 0, rec->tid, rec->op, 1});
+          if (x->old)
+            pending_.push_back({x->ts_free, x->old, 0, where->hook_frame, 0, 0, rec->tid,
+                                rec->op, 1});
         }
-        pending_.push_back({rec->ts, rec->ptr, rec->size, intern(frames, nf), rec->tid, rec->op, 0});
+        pending_.push_back({rec->ts, rec->ptr, rec->size, where->hook_frame, where->caller_frame,
+                            intern(frames, nf), rec->tid, rec->op, 0});
       }
       last_ts_[index] = std::max(last_ts_[index], rec->ts);
       rd += len;
@@ -563,7 +574,30 @@ class Consumer {
     return id;
   }
 
+  // Per thread, the allocating calls still active, innermost last: an event whose hook ran at
+  // or above a call's frame means that call has returned. Bounded by call depth: blocks
+  // allocated by one call share its entry.
+  struct ActiveCall {
+    uint64_t frame;
+    uint32_t seq;
+  };
+  struct ThreadCalls {
+    uint32_t tid = 0, next_seq = 0;
+    std::vector<ActiveCall> calls;
+  };
+
+  ThreadCalls& calls_of(uint32_t tid, uint64_t hook_frame) {
+    ThreadCalls& c = thread_calls_[tid & (kLastAllocSlots - 1)];
+    if (c.tid != tid) {  // first sight of the thread (or a collision): start afresh
+      c.tid = tid;
+      c.calls.clear();
+    }
+    while (hook_frame && !c.calls.empty() && c.calls.back().frame <= hook_frame) c.calls.pop_back();
+    return c;
+  }
+
   void apply(const Event& e) {
+    ThreadCalls& calls = calls_of(e.tid, e.hook_frame);
     if (e.is_free) {
       LiveMap::Slot* b = live_.find(e.ptr);
       if (!b) {
@@ -578,6 +612,9 @@ class Consumer {
       s.out_bytes -= b->size;
       if (b->tid == e.tid) {
         s.freed_same_thread++;
+        if (b->call_seq && b->call_index < calls.calls.size() &&
+            calls.calls[b->call_index].seq == b->call_seq)
+          s.freed_same_call++;
       } else {
         s.freed_other_thread++;
         thread_pairs_[ThreadPair{b->stack, b->tid, e.tid}]++;  // rare: only these are mapped
@@ -603,6 +640,15 @@ class Consumer {
     b->size = e.size;
     b->ts = e.ts;
     b->tid = e.tid;
+    b->call_seq = 0;
+    if (e.caller_frame) {
+      // Frames below the allocating one that are still listed have returned.
+      while (!calls.calls.empty() && calls.calls.back().frame < e.caller_frame) calls.calls.pop_back();
+      if (calls.calls.empty() || calls.calls.back().frame != e.caller_frame)
+        calls.calls.push_back({e.caller_frame, ++calls.next_seq ? calls.next_seq : ++calls.next_seq});
+      b->call_index = (uint32_t)calls.calls.size() - 1;
+      b->call_seq = calls.calls.back().seq;
+    }
     if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
     last_alloc_[e.tid & (kLastAllocSlots - 1)] = LastAlloc{e.tid, e.ptr};
     size_hist_[size_t(e.stack) * kBuckets + log2_bucket(e.size)]++;
@@ -651,6 +697,7 @@ class Consumer {
     uint64_t ptr;
   };
   std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kLastAllocSlots, LastAlloc{0, 0});
+  std::vector<ThreadCalls> thread_calls_ = std::vector<ThreadCalls>(kLastAllocSlots);
   std::unordered_map<ThreadPair, uint64_t, ThreadPairHash> thread_pairs_;
   double ns_per_tick_ = 1.0;
   mutable std::mutex mutex_;

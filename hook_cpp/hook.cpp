@@ -255,12 +255,21 @@ inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_
 __attribute__((always_inline)) inline void emit(ThreadState& t, RingHeader* r, EventKind kind,
                                                 int op, uint64_t ts, void* p, uint64_t size,
                                                 void** fp, const RecordRealloc* extra) {
-  const size_t head = sizeof(Record) + (extra ? sizeof(RecordRealloc) : 0);
+  const size_t head = sizeof(Record) + (extra ? sizeof(RecordRealloc) : 0) +
+                      (fp ? sizeof(RecordFrame) : 0);
   uint64_t w;
   uint8_t* at = reserve(t, r, head + (fp ? 8 * (size_t)g_depth : 0), &w);
   if (!at) return drop(r);
   Record* rec = (Record*)at;
   uint32_t n = fp ? backtrace(t, fp, (uint64_t*)(at + head)) : 0;
+  if (fp) {
+    // The caller's frame base is its saved rbp, trusted only when it lies on this stack above
+    // the hook's frame (code without frame pointers keeps other things in rbp).
+    uint64_t caller = (uint64_t)fp[0];
+    bool ok = caller > (uint64_t)fp && caller < t.stack_hi && !(caller & 7) &&
+              (uint64_t)fp >= t.stack_lo;
+    *(RecordFrame*)(at + head - sizeof(RecordFrame)) = RecordFrame{(uint64_t)fp, ok ? caller : 0};
+  }
   rec->kind = kind;
   rec->op = (uint8_t)op;
   rec->nframes = (uint16_t)n;
@@ -292,9 +301,10 @@ inline RingHeader* begin_free(ThreadState& t, uint64_t* ts) {
   return r;
 }
 
-inline void finish_free(ThreadState& t, RingHeader* r, int op, void* p, uint64_t ts) {
+inline void finish_free(ThreadState& t, RingHeader* r, int op, void* p, uint64_t ts,
+                        void** fp) {
   if (!r) return count_no_ring();
-  emit(t, r, kFree, op, ts, p, 0, nullptr, nullptr);
+  emit(t, r, kFree, op, ts, p, (uint64_t)fp, nullptr, nullptr);  // size: the hook's frame
 }
 
 // realloc-like: `old` was released at ts_free (before the call), `p` allocated after it.
@@ -305,7 +315,7 @@ inline void finish_realloc(ThreadState& t, RingHeader* r, int op, void* old, voi
   // records only the free of `old`.
   bool freed_only = p ? !size_wanted(size) : size == 0;
   if (!p && !freed_only) return end_event(r);
-  if (freed_only) return old ? finish_free(t, r, op, old, ts_free) : end_event(r);
+  if (freed_only) return old ? finish_free(t, r, op, old, ts_free, fp) : end_event(r);
   RecordRealloc extra{ts_free, (uint64_t)old};
   emit(t, r, kRealloc, op, now(), p, size, fp, &extra);
 }
@@ -555,7 +565,7 @@ void check_consumer() {
     uint64_t ts = 0;                                                   \
     RingHeader* r = begin_free(t, &ts);                                \
     REAL(sym) args;                                                    \
-    finish_free(t, r, ID_##sym, p, ts);                                \
+    finish_free(t, r, ID_##sym, p, ts, (void**)__builtin_frame_address(0)); \
   }
 
 HOOK_A(malloc, void*, (size_t n), (n), n, result)

@@ -86,7 +86,8 @@ struct alignas(64) RingHeader {
 enum EventKind : uint8_t { kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3 };
 
 // One event. Records are 8-byte aligned and variable-length: header, then for kRealloc a
-// RecordRealloc, then `nframes` return addresses. kind == kPadding: skip to the ring's start.
+// RecordRealloc, for kAlloc and kRealloc a RecordFrame, then `nframes` return addresses.
+// kind == kPadding: skip to the ring's start.
 struct Record {
   uint8_t kind;      // EventKind: decides the layout
   uint8_t op;        // hook id: what the target called
@@ -94,11 +95,18 @@ struct Record {
   uint32_t tid;
   uint64_t ts;       // after an allocation returned / before a free began
   uint64_t ptr;      // pointer allocated or freed
-  uint64_t size;     // bytes requested (0 for frees)
+  uint64_t size;     // bytes requested; for frees, the hook's frame address
 };
 struct RecordRealloc {
   uint64_t ts_free;  // taken before the real call: when `old` stopped being ours
   uint64_t old;      // pointer passed in (0 for realloc(NULL, n))
+};
+// After the header (and RecordRealloc) of every allocation: where on the stack it happened, so
+// the consumer can tell whether the block is freed while the allocating call is still active.
+// Frees carry their hook's frame address in Record::size.
+struct RecordFrame {
+  uint64_t hook_frame;    // the hook's own frame address
+  uint64_t caller_frame;  // frame base of the function that called the allocator, 0 if unknown
 };
 
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }

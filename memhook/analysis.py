@@ -114,7 +114,9 @@ def _share(part, whole) -> float:
 def transient(cap: Capture, threshold_ns: float = 1e6, top: int = 10) -> list[dict]:
     """Stacks ranked by churn: allocations freed within `threshold_ns` (lifetime buckets that
     end at or below it), each one an allocator round trip that a stack buffer or a reused one
-    would save. Also heaptrack's "temporary": freed before its thread allocated again."""
+    would save. Also heaptrack's "temporary" (freed before its thread allocated again) and the
+    share freed by the same call that allocated it (that call still on the stack at the free:
+    a stack buffer would do)."""
     b = cap.behaviour
     if b is None:
         return []
@@ -128,7 +130,8 @@ def transient(cap: Capture, threshold_ns: float = 1e6, top: int = 10) -> list[di
         rows.append({"stack": int(stack), "alloc_count": allocs,
                      "transient_count": int(quick[stack]),
                      "transient_share": _share(quick[stack], allocs),
-                     "temporary_share": _share(b["temporary"][stack], allocs)})
+                     "temporary_share": _share(b["temporary"][stack], allocs),
+                     "same_call_share": _share(b["freed_same_call"][stack], allocs)})
     return rows
 
 

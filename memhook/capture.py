@@ -11,7 +11,7 @@ so a capture cut off by a crash or kill -9 reads up to its last complete block. 
   TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
   EVTS  npz    every applied event, with --record-events
   BEHV  npz    behaviour per stack with every AGGR: freed_same_thread, freed_other_thread,
-               temporary, size_hist, lifetime_hist and age_hist (ages of live blocks then; log2
+               temporary, freed_same_call (while the allocating call was active), size_hist, lifetime_hist and age_hist (ages of live blocks then; log2
                buckets, rows by stack id), and pair_stack/pair_alloc_tid/pair_free_tid/
                pair_count for cross-thread frees
   LIVE  npz    with --record-events: the blocks still live at the end: ptr, size, stack, tid,
@@ -43,7 +43,7 @@ SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_cou
                   "free_count", "dropped_events")
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
 LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
-BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary")
+BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary", "freed_same_call")
 BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")
 BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
 TOP_STACKS = 20  # stacks sampled in the time series per interval

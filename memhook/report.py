@@ -187,7 +187,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     for r in report.get("transient", [])[:3]:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "
-                     f"freed quickly ({r['temporary_share']:.0%} before the next allocation)")
+                     f"freed quickly ({r['temporary_share']:.0%} before the next allocation, "
+                     f"{r['same_call_share']:.0%} by the call that allocated them)")
     for r in report.get("thread_locality", [])[:3]:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "

@@ -116,3 +116,16 @@ def test_plots_and_html_report(tmp_path, targets):
     by_leaf = {stack[-1]: value for stack, value in flame}
     assert by_leaf["steady_leak"] == 300 * 100 and by_leaf["startup_data"] == 200000
     assert target.finish() == 0
+
+
+def test_freed_by_the_call_that_allocated(tmp_path, targets):
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    mh = Memhook(target.pid, tmp_path)
+    target.command("calls")
+    mh.stop()
+    rep = json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)
+    share = {r["frames"][0]["function"]: r["same_call_share"] for r in rep["transient"]}
+    assert share["scratch_in_call"] == 1.0  # freed inside the allocating call
+    assert share["freed_deeper"] == 1.0     # freed by a callee while it was active
+    assert share["factory"] == 0.0          # freed by its caller after it returned
+    assert target.finish() == 0

@@ -29,6 +29,19 @@ static inline __attribute__((always_inline)) void* make_buffer(size_t n) {
 NOINLINE static void inlined_leak(void) {
   for (int i = 0; i < 3; i++) memset(make_buffer(88), 1, 1);
 }
+/* Who frees: the allocating call itself, a callee while that call is active, or its caller
+ * after it returned. */
+NOINLINE static void scratch_in_call(void) {
+  for (int i = 0; i < 10; i++) { char* p = malloc(300); memset(p, 1, 300); free(p); }
+}
+NOINLINE static void release(char* p) { free(p); }
+NOINLINE static void freed_deeper(void) {
+  for (int i = 0; i < 10; i++) { char* p = malloc(500); memset(p, 1, 500); release(p); }
+}
+NOINLINE static char* factory(void) { char* p = malloc(400); memset(p, 1, 400); return p; }
+NOINLINE static void freed_by_caller(void) {
+  for (int i = 0; i < 10; i++) { char* p = factory(); p[1] = 2; free(p); }
+}
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -41,6 +54,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
     else if (!strcmp(cmd, "inlined")) inlined_leak();
+    else if (!strcmp(cmd, "calls")) { scratch_in_call(); freed_deeper(); freed_by_caller(); }
     else if (!strcmp(cmd, "fork")) {
       /* The child allocates through the same (patched) slots, frees, and exits; the parent
        * leaks 5 x 111 around it. */
