@@ -14,16 +14,9 @@ from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
 
 from . import analysis  # noqa: E402
 from .capture import Capture  # noqa: E402
+from .report import human_bytes  # noqa: E402
 
 STACKS_SHOWN = 8
-
-
-def _bytes(v, _pos=None) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(v) < 1024 or unit == "GiB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} GiB"
 
 
 def _label(frames: list, width: int = 48) -> str:
@@ -36,7 +29,7 @@ def _binary_ticks(axis, top: float) -> None:
     """Byte ticks at round binary values (powers of two of a unit), about five of them."""
     step = 2 ** max(0, int(np.ceil(np.log2(max(top, 1) / 5))))
     axis.set_major_locator(MultipleLocator(step))
-    axis.set_major_formatter(FuncFormatter(_bytes))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: human_bytes(v)))
 
 
 def over_time(cap: Capture, report: dict, symbolizer):
@@ -80,7 +73,7 @@ def over_time(cap: Capture, report: dict, symbolizer):
 
 def _log2_labels(n: int, unit: str) -> list:
     if unit == "B":
-        return [_bytes(2 ** b) for b in range(n)]
+        return [human_bytes(2 ** b) for b in range(n)]
     out = []
     for b in range(n):
         ns = 2 ** b
@@ -123,10 +116,10 @@ def growth(cap: Capture, report: dict, symbolizer):
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     top_value = max(values, default=1) or 1
     _binary_ticks(ax.xaxis, top_value * 1.15)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, p: _bytes(v) + "/min"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, p: human_bytes(v) + "/min"))
     ax.set_xlim(0, top_value * 1.25)
     for y, v in enumerate(values):
-        ax.text(v + top_value * 0.01, y, _bytes(v) + "/min", va="center", fontsize=8)
+        ax.text(v + top_value * 0.01, y, human_bytes(v) + "/min", va="center", fontsize=8)
     ax.set_xlabel("growth in the last third of the capture")
     ax.set_title("Leak suspects: growth at the end of the capture")
     ax.grid(axis="x", alpha=0.3)

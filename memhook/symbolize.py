@@ -24,6 +24,8 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
 
+from .elf import build_id
+
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
 _BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
@@ -86,11 +88,6 @@ def _open(path: str):
     except ELFError:
         f.close()
         raise
-
-
-def _build_id(elf) -> str:
-    from .elf import build_id
-    return build_id(elf)
 
 
 def _debuglink(elf) -> str | None:
@@ -163,7 +160,7 @@ class Lookup:
         except ELF_ERRORS as e:
             problems.append(f"{path}: not readable as ELF ({type(e).__name__})")
             return None
-        have = _build_id(elf)
+        have = build_id(elf)
         if want and have != want:
             problems.append(f"{path}: build-id {have or 'missing'}, capture has {want}")
             elf.stream.close()

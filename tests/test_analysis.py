@@ -3,6 +3,7 @@ import json
 import time
 
 from conftest import Memhook, build, run_memhook
+from test_capture import report_json
 
 
 def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
@@ -12,9 +13,7 @@ def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
     target.command("run")
     time.sleep(0.5)
     mh.stop()
-    proc = run_memhook("report", mh.capture, "--format", "json", "--min-age", "1")
-    assert proc.returncode == 0, proc.stderr
-    rep = json.loads(proc.stdout)
+    rep = report_json(mh.capture, "--min-age", "1")
     by_function = {r["frames"][0]["function"]: r for r in rep["leak_suspects"]}
     steady, cache, startup = (by_function[f] for f in ("steady_leak", "cache_fill",
                                                          "startup_data"))
@@ -53,8 +52,7 @@ def test_thread_locality_and_transients(tmp_path, targets):
     mh = Memhook(target.pid, tmp_path)
     target.command("go")
     mh.stop()
-    rep = json.loads(run_memhook("report", mh.capture, "--format", "json",
-                                 "--transient-threshold", "1000").stdout)
+    rep = report_json(mh.capture, "--transient-threshold", "1000")
     churn = next(r for r in rep["thread_locality"] if r["frames"][0]["function"] == "churn_alloc")
     assert churn["alloc_count"] == WORKERS * ITERS
     assert churn["same_thread_share"] == churn["other_thread_share"] == 0.5
@@ -82,7 +80,7 @@ def test_memory_growing_outside_malloc_is_noted(tmp_path, targets):
     mh = Memhook(target.pid, tmp_path, "--interval", "0.1")
     target.command("mmap")
     mh.stop()
-    rep = json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)
+    rep = report_json(mh.capture)
     pm = rep["process_memory"]
     assert pm["live_bytes"] == 0 and pm["anon_growth_bytes_per_min"] > 1e6
     assert "not allocated through malloc" in pm["note"]
@@ -123,7 +121,7 @@ def test_freed_by_the_call_that_allocated(tmp_path, targets):
     mh = Memhook(target.pid, tmp_path)
     target.command("calls")
     mh.stop()
-    rep = json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)
+    rep = report_json(mh.capture)
     share = {r["frames"][0]["function"]: r["same_call_share"] for r in rep["transient"]}
     assert share["scratch_in_call"] == 1.0  # freed inside the allocating call
     assert share["freed_deeper"] == 1.0     # freed by a callee while it was active
