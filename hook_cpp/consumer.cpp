@@ -1,17 +1,16 @@
 // memhook._native: formats the shared segment, drains its rings and aggregates outstanding bytes
 // per unique backtrace.
 //
-// Merging the per-thread rings. Timestamps order a pointer's free before its reuse, but an event
-// may be timestamped and not yet published. Each drain therefore (1) reads the clock t_c,
-// (2) runs membarrier(GLOBAL_EXPEDITED) so every target thread passes a full barrier, (3) reads
-// each ring's busy flag and cursor. An event whose busy store was not yet visible at (3) began
-// after the barrier, hence after t_c; a ring seen busy holds the watermark at its last published
-// timestamp. Events older than the watermark are applied in timestamp order; the final drain
-// after detach applies everything.
+// Applying the per-thread rings. Each ring is applied in order, in place; an event that depends
+// on another ring's event (segment.h: a pointer freed on one thread and reused on another) waits
+// until that ring has applied it, and its ring waits with it. Dependencies follow the allocator's
+// own happens-before order, so they never form a cycle; one whose event will never come (its
+// writer died inside a hook) is given up after kStuckNs, and the final drain after detach gives
+// up whatever is left. Time: each ring's latest clock record, never earlier than the previous
+// drain (an event seen now was published after the last look), monotonic in apply order.
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -23,6 +22,7 @@
 #include <x86intrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -101,6 +101,8 @@ struct Site {
   // freed before its thread allocated anything else.
   uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
   uint64_t freed_same_call = 0;  // freed while the allocating call was still active
+  // Sampling mode: each sampled block stands for 1/P blocks (P its chance of being sampled).
+  double est_alloc_count = 0, est_alloc_bytes = 0, est_free_count = 0, est_free_bytes = 0;
 };
 
 constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
@@ -206,9 +208,8 @@ class Consumer {
     if (ctl_->magic != kMagic || ctl_->version != kVersion ||
         bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes))
       throw std::runtime_error("segment has the wrong format");
-    last_ts_.assign(ctl_->nrings, 0);
-    busy_cursor_.assign(ctl_->nrings, 0);
-    busy_since_.assign(ctl_->nrings, 0);
+    rings_.assign(ctl_->nrings, RingState{});
+    sample_rate_ = double(ctl_->sample_rate);
     stacks_.push_back({});  // stack id 0: none
     stack_next_.push_back(0);
     stack_offsets_.push_back(0);
@@ -217,6 +218,7 @@ class Consumer {
     life_hist_.resize(kBuckets);
     clock0_ = read_clock(ctl_->clock);
     ns0_ = monotonic_ns();
+    prev_drain_ts_ = clock0_;
   }
   ~Consumer() {
     stop();
@@ -247,7 +249,7 @@ class Consumer {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Drain every ring and apply what is safely ordered. Returns events read from the rings.
+  // Drain every ring and apply what is ordered. Returns events applied.
   size_t drain(bool final) {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t t0 = monotonic_ns();
@@ -259,36 +261,27 @@ class Consumer {
 
   size_t drain_locked(bool final) {
     ns_per_tick_ = ticks_to_ns();
-    uint64_t watermark = UINT64_MAX;
-    if (!final) {
-      watermark = read_clock(ctl_->clock);
-      if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0) {
-        // No barrier available: only a wide margin keeps in-flight events safe; the final
-        // drain after detach is exact regardless.
-        watermark -= margin_ticks();
-      }
+    const uint64_t drain_ts = read_clock(ctl_->clock);
+    size_t total = 0, passes = 0;
+    for (;;) {
+      size_t n = 0;
+      bool blocked = false;
+      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, &blocked);
+      total += n;
+      if (n && blocked && ++passes < 64) continue;  // what was applied may unblock a ring
+      if (n) break;
+      // No ring can move. Only the final drain gives up a dependency (the oldest-numbered
+      // blocked ring's), since nothing more will be published.
+      if (!final || !blocked) break;
+      for (uint32_t i = 0; i < ctl_->nrings; i++)
+        if (rings_[i].blocked) {
+          rings_[i].force = true;
+          break;
+        }
     }
-    // Each ring's batch is already in timestamp order: merge batches instead of sorting.
-    auto by_ts = [](const Event& a, const Event& b) { return a.ts < b.ts; };
-    const size_t staged_from = pending_.size();
-    for (uint32_t i = 0; i < ctl_->nrings; i++) {
-      RingHeader* r = ring(i);
-      bool busy = __atomic_load_n(&r->busy, __ATOMIC_ACQUIRE) != 0;
-      uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
-      size_t batch = pending_.size();
-      parse(i, r, w);
-      if (!std::is_sorted(pending_.begin() + batch, pending_.end(), by_ts))
-        std::stable_sort(pending_.begin() + batch, pending_.end(), by_ts);  // TSC went back
-      std::inplace_merge(pending_.begin(), pending_.begin() + batch, pending_.end(), by_ts);
-      if (!busy) busy_cursor_[i] = 0;
-      if (busy && !final && !stuck(i, w)) watermark = std::min(watermark, last_ts_[i]);
-    }
-    const size_t parsed = pending_.size() - staged_from;
-    size_t n = 0;
-    while (n < pending_.size() && (final || pending_[n].ts < watermark)) apply(pending_[n++]);
-    pending_.erase(pending_.begin(), pending_.begin() + n);
-    applied_ += n;
-    return parsed;
+    prev_drain_ts_ = drain_ts;
+    applied_ += total;
+    return total;
   }
 
   uint64_t dropped() const {
@@ -301,7 +294,10 @@ class Consumer {
   py::dict totals() const {
     std::lock_guard<std::mutex> lock(mutex_);
     Site t;
-    for (const Site& s : sites_) {
+    uint64_t samples = 0;
+    for (const Site& raw : sites_) {
+      const Site s = estimated(raw);
+      samples += raw.alloc_count;
       t.alloc_count += s.alloc_count;
       t.alloc_bytes += s.alloc_bytes;
       t.free_count += s.free_count;
@@ -320,7 +316,9 @@ class Consumer {
     d["dropped_events"] = dropped();
     d["replaced_live_count"] = replaced_live_;
     d["events"] = applied_;
-    d["pending_events"] = (uint64_t)pending_.size();
+    d["unordered_events"] = unordered_;
+    d["sample_rate"] = (uint64_t)sample_rate_;
+    d["sampled_allocations"] = samples;
     d["consumer_busy_ns"] = busy_ns_;
     d["parsed_events"] = parsed_;
     return d;
@@ -480,7 +478,7 @@ class Consumer {
     for (uint64_t Site::*field : fields) {
       py::array_t<uint64_t> a(sites_.size());
       auto v = a.mutable_unchecked<1>();
-      for (size_t i = 0; i < sites_.size(); i++) v(i) = sites_[i].*field;
+      for (size_t i = 0; i < sites_.size(); i++) v(i) = estimated(sites_[i]).*field;
       d[*name++] = a;
     }
   }
@@ -489,59 +487,92 @@ class Consumer {
     return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
   }
 
-  // A ring busy at the same cursor for kStuckNs: its writer died or stopped inside a hook.
-  // It no longer holds the watermark back, or pending events would pile up for ever.
-  bool stuck(uint32_t i, uint64_t write) {
+  struct RingState {
+    uint64_t applied = 0;  // counted events applied: what dependencies on this ring compare to
+    uint64_t ts = 0;       // its latest clock record
+    uint32_t tid = 0;      // its writer (kThread records)
+    bool blocked = false;  // its next event waits for another ring
+    bool force = false;    // apply the next event without waiting
+    uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
+  };
+
+  // Has ring `dep`'s event been applied? (24-bit event numbers, compared modulo.)
+  bool satisfied(uint32_t dep) const {
+    if (!dep) return true;
+    uint32_t no = dep >> 24;
+    if (no == 0 || no > ctl_->nrings) return true;  // malformed: nothing to wait for
+    return ((rings_[no - 1].applied - dep) & kDepCountMask) < (kDepCountMask + 1) / 2;
+  }
+
+  // Waits longer than kStuckNs at one cursor are given up: the event waited for will not come.
+  bool wait_at(RingState& rs, uint64_t cursor) {
     uint64_t now = monotonic_ns();
-    if (busy_cursor_[i] != write + 1) {
-      busy_cursor_[i] = write + 1;  // +1: a cursor of 0 is a valid position
-      busy_since_[i] = now;
-      return false;
+    if (rs.blocked_at != cursor) {
+      rs.blocked_at = cursor;
+      rs.blocked_since = now;
     }
-    return now - busy_since_[i] > kStuckNs;
+    if (now - rs.blocked_since <= kStuckNs) return true;
+    unordered_++;
+    return false;
   }
 
-  uint64_t margin_ticks() const {
-    double per_ns = 1.0 / ticks_to_ns();
-    return (uint64_t)(50e6 * per_ns);  // 50 ms
-  }
-
-  void parse(uint32_t index, RingHeader* r, uint64_t w) {
+  // Apply ring `index` in order until it is empty or waits. Returns events applied.
+  size_t apply_ring(uint32_t index, bool* any_blocked) {
+    RingHeader* r = ring(index);
+    RingState& rs = rings_[index];
     const uint64_t cap = ctl_->ring_bytes;
-    uint8_t* data = (uint8_t*)(r + 1);
+    const uint8_t* data = (const uint8_t*)(r + 1);
+    const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
     uint64_t rd = r->read;
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
+    size_t n = 0;
+    rs.blocked = false;
     while (rd < w) {
-      uint64_t pos = rd & (cap - 1);
-      Record* rec = (Record*)(data + pos);
-      if (rec->kind == kPadding) {
+      const uint64_t pos = rd & (cap - 1);
+      const uint64_t* at = (const uint64_t*)(data + pos);
+      const uint64_t hdr = at[0];
+      const uint8_t kind = hdr & 0xff, op = (hdr >> 8) & 0xff;
+      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth), aux = hdr >> 32;
+      if (kind == kPadding) {
         rd += cap - pos;
         continue;
       }
-      size_t head = sizeof(Record) + (rec->kind == kRealloc ? sizeof(RecordRealloc) : 0) +
-                    (rec->kind == kFree ? 0 : sizeof(RecordFrame));
-      uint32_t nf = std::min<uint32_t>(rec->nframes, kMaxDepth);
-      size_t len = head + 8 * (size_t)nf;
-      if (rec->kind > kRealloc || pos + len > cap || rd + len > w) break;  // malformed: stop
-      const uint64_t* frames = (const uint64_t*)((uint8_t*)rec + head);
-      if (rec->kind == kFree) {
-        pending_.push_back({rec->ts, rec->ptr, 0, rec->size, 0, 0, rec->tid, rec->op, 1});
-      } else {
-        const RecordFrame* where = (const RecordFrame*)((const uint8_t*)rec + head -
-                                                        sizeof(RecordFrame));
-        if (rec->kind == kRealloc) {
-          const RecordRealloc* x = (const RecordRealloc*)(rec + 1);
-          if (x->old)
-            pending_.push_back({x->ts_free, x->old, 0, where->hook_frame, 0, 0, rec->tid,
-                                rec->op, 1});
-        }
-        pending_.push_back({rec->ts, rec->ptr, rec->size, where->hook_frame, where->caller_frame,
-                            intern(frames, nf), rec->tid, rec->op, 0});
+      size_t words = kind == kAlloc ? 5 + nf : kind == kRealloc ? 7 + nf : kind == kFree ? 3
+                   : kind == kTime ? 2 : 1;
+      if (kind > kThread || pos + 8 * words > cap || rd + 8 * words > w) {
+        rd = w;  // malformed: skip what is there
+        break;
       }
-      last_ts_[index] = std::max(last_ts_[index], rec->ts);
-      rd += len;
+      const uint32_t dep_old = kind == kRealloc ? (uint32_t)at[6] : 0;
+      if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
+          !(satisfied(aux) && satisfied(dep_old)) && wait_at(rs, rd)) {
+        rs.blocked = *any_blocked = true;
+        break;
+      }
+      rs.force = false;
+      rd += 8 * words;
+      if (kind == kTime) {
+        rs.ts = std::max(rs.ts, at[1]);
+        continue;
+      }
+      if (kind == kThread) {
+        rs.tid = aux;
+        continue;
+      }
+      rs.applied++;
+      n++;
+      uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
+      last_ts_ = ts;
+      if (kind == kFree) {
+        apply({ts, at[1], 0, at[2], 0, 0, rs.tid, op, 1});
+      } else if (kind == kAlloc || kind == kRealloc) {
+        if (kind == kRealloc) apply({ts, at[5], 0, at[3], 0, 0, rs.tid, op, 1});
+        apply({ts, at[1], at[2], at[3], at[4], intern(at + (kind == kAlloc ? 5 : 7), nf), rs.tid,
+               op, 0});
+      }
     }
-    __atomic_store_n(&r->read, w, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
+    return n;
   }
 
   static uint64_t hash_frames(const uint64_t* f, uint32_t n) {
@@ -596,6 +627,25 @@ class Consumer {
     return c;
   }
 
+  // How many blocks of `size` one sampled block stands for: 1 / P(sampled).
+  double weight(uint64_t size) const {
+    return sample_rate_ > 0 ? 1.0 / -std::expm1(-double(size) / sample_rate_) : 1.0;
+  }
+
+  // A site's counts, estimated from the samples in sampling mode (exact otherwise).
+  Site estimated(const Site& s) const {
+    if (sample_rate_ <= 0) return s;
+    Site e = s;
+    auto whole = [](double v) { return v > 0 ? (uint64_t)std::llround(v) : uint64_t(0); };
+    e.alloc_count = whole(s.est_alloc_count);
+    e.alloc_bytes = whole(s.est_alloc_bytes);
+    e.free_count = whole(s.est_free_count);
+    e.free_bytes = whole(s.est_free_bytes);
+    e.out_count = whole(s.est_alloc_count - s.est_free_count);
+    e.out_bytes = whole(s.est_alloc_bytes - s.est_free_bytes);
+    return e;
+  }
+
   void apply(const Event& e) {
     ThreadCalls& calls = calls_of(e.tid, e.hook_frame);
     if (e.is_free) {
@@ -608,6 +658,9 @@ class Consumer {
       Site& s = sites_[b->stack];
       s.free_count++;
       s.free_bytes += b->size;
+      double w = weight(b->size);
+      s.est_free_count += w;
+      s.est_free_bytes += w * double(b->size);
       s.out_count--;
       s.out_bytes -= b->size;
       if (b->tid == e.tid) {
@@ -634,6 +687,9 @@ class Consumer {
       Site& old = sites_[b->stack];
       old.out_count--;
       old.out_bytes -= b->size;
+      double w = weight(b->size);
+      old.est_free_count += w;
+      old.est_free_bytes += w * double(b->size);
       replaced_live_++;
     }
     b->stack = e.stack;
@@ -655,6 +711,9 @@ class Consumer {
     Site& s = sites_[e.stack];
     s.alloc_count++;
     s.alloc_bytes += e.size;
+    double w = weight(e.size);
+    s.est_alloc_count += w;
+    s.est_alloc_bytes += w * double(e.size);
     s.out_count++;
     s.out_bytes += e.size;
     s.op_mask |= uint64_t(1) << e.op;
@@ -664,10 +723,10 @@ class Consumer {
   size_t bytes_ = 0;
   int fd_ = -1;
   Control* ctl_ = nullptr;
-  std::vector<uint64_t> last_ts_;
-  std::vector<uint64_t> busy_cursor_, busy_since_;  // for stuck(): cursor + 1 and since when
+  std::vector<RingState> rings_;
+  uint64_t last_ts_ = 0, prev_drain_ts_ = 0;
   static constexpr uint64_t kStuckNs = 2000000000;
-  std::vector<Event> pending_;
+  double sample_rate_ = 0;  // bytes; 0: every call traced
   std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
   std::vector<uint32_t> stack_next_;                // next stack id with the same hash
   std::vector<uint64_t> stack_offsets_;
@@ -676,6 +735,7 @@ class Consumer {
   std::vector<Site> sites_;
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0, busy_ns_ = 0, parsed_ = 0;
+  uint64_t unordered_ = 0;  // dependencies given up
   uint64_t clock0_ = 0, ns0_ = 0;
   struct ThreadPair {
     uint32_t stack, alloc_tid, free_tid;
@@ -713,8 +773,11 @@ class Consumer {
 void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
-                    const std::vector<uint64_t>& known, double abandon_after_s) {
-  if (nrings == 0 || ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
+                    const std::vector<uint64_t>& known, double abandon_after_s,
+                    uint64_t sample_rate) {
+  if (nrings == 0 || nrings > kMaxRings)
+    throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
+  if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
     throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
   if (depth < 1 || depth > (uint32_t)kMaxDepth)
     throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
@@ -732,6 +795,7 @@ void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth
   c->clock = clock;
   c->min_size = min_size;
   c->max_size = max_size;
+  c->sample_rate = sample_rate;
   c->target_pid = pid;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
@@ -756,11 +820,12 @@ PYBIND11_MODULE(_native, m) {
   m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
         py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
-        py::arg("abandon_after_s"));
+        py::arg("abandon_after_s"), py::arg("sample_rate") = 0);
   m.def("segment_bytes", [](uint32_t nrings, uint32_t ring_bytes) {
     return segment_bytes(nrings, ring_bytes);
   });
   m.attr("MAX_DEPTH") = kMaxDepth;
+  m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;
   // Where memhook's detach script finds the late-patched slots in the target's copy.
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);

@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <link.h>
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -63,26 +62,34 @@ const SymbolTable kSymbols;
 void* g_real[kMaxHooks];
 Control* g_ctl;
 uint8_t* g_rings;
+uint64_t* g_table;  // the address table (segment.h)
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
-uint32_t g_generation;  // bumped on every attach: stale per-thread ring pointers re-claim
+uint64_t g_sample_rate;  // 0: trace every call
+uint32_t g_generation;   // bumped on every attach: stale per-thread ring pointers re-claim
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
 struct ThreadState {
   RingHeader* ring;
   uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks half full
   uint64_t woke_at;      // write cursor when this thread last woke the consumer
+  uint64_t count;        // counted events this ring has published (dependency numbers)
   uintptr_t stack_lo, stack_hi;
+  int64_t sample_left;   // sampling mode: bytes until this thread's next sample
+  uint64_t rng;          // xorshift state for the sampling intervals
+  uint32_t ring_no;      // 1-based number of `ring`
   uint32_t generation;
+  uint32_t sample_generation;
   uint32_t tid;
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
-  uint32_t until_check;  // events until this thread next checks memhook's heartbeat
+  uint32_t until_time;   // events until this thread's next TSC record
+  uint32_t until_check;  // TSC records until this thread next checks memhook's heartbeat
 };
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
-constexpr uint32_t kCheckEvery = 4096;
 void check_consumer();
 
+// Sets the recursion guard for a hook's duration, also when operator new throws through it.
 struct Guard {
   ThreadState& t;
   explicit Guard(ThreadState& s) : t(s) { t.in_hook = 1; }
@@ -141,44 +148,6 @@ bool try_take(RingHeader* r, uint32_t expected, uint32_t tid) {
                                      __ATOMIC_RELAXED);
 }
 
-// Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
-// taken over; its cursors carry on, so nothing already written is lost.
-__attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
-  t.ring = nullptr;
-  t.generation = g_generation;
-  t.tid = (uint32_t)syscall(SYS_gettid);
-  thread_stack_bounds(t);
-  RingHeader* got = nullptr;
-  for (uint32_t i = 0; i < g_nrings && !got; i++) {
-    RingHeader* r = ring_at(i);
-    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
-    if ((owner == 0 || owner == t.tid) && try_take(r, owner, t.tid)) got = r;
-  }
-  for (uint32_t i = 0; i < g_nrings && !got; i++) {
-    RingHeader* r = ring_at(i);
-    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
-    if (syscall(SYS_tgkill, (pid_t)g_ctl->target_pid, (pid_t)owner, 0) != 0 && errno == ESRCH &&
-        try_take(r, owner, t.tid))
-      got = r;
-  }
-  if (got) {
-    t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
-    t.woke_at = got->write;
-  }
-  t.until_check = kCheckEvery;
-  t.ring = got;
-  return got;
-}
-
-inline RingHeader* my_ring(ThreadState& t) {
-  if (__builtin_expect(--t.until_check == 0, 0)) {
-    t.until_check = kCheckEvery;
-    check_consumer();
-  }
-  if (__builtin_expect(t.generation == g_generation && t.ring != nullptr, 1)) return t.ring;
-  return claim_ring(t);
-}
-
 // The consumer sleeps on a futex between drains; a filling ring cuts its sleep short. Rare
 // (once per quarter ring) and FUTEX_WAKE never blocks.
 __attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
@@ -187,9 +156,10 @@ __attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
   syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
-// Space for `bytes` contiguous bytes in the ring, or nullptr (the caller drops the event).
-inline uint8_t* reserve(ThreadState& t, RingHeader* r, size_t bytes, uint64_t* out_write) {
+// Space for `words` contiguous words in the ring, or nullptr (the caller drops the event).
+inline uint64_t* reserve(ThreadState& t, RingHeader* r, size_t words, uint64_t* out_write) {
   const uint64_t cap = g_ring_bytes;
+  const uint64_t bytes = 8 * words;
   uint64_t w = r->write;
   uint64_t pos = w & (cap - 1);
   uint64_t pad = (pos + bytes > cap) ? cap - pos : 0;
@@ -201,12 +171,143 @@ inline uint8_t* reserve(ThreadState& t, RingHeader* r, size_t bytes, uint64_t* o
   }
   uint8_t* data = (uint8_t*)(r + 1);
   if (pad) {
-    ((Record*)(data + pos))->kind = kPadding;
+    *(uint64_t*)(data + pos) = header(kPadding, 0, 0, 0);
     w += pad;
     pos = 0;
   }
   *out_write = w;
-  return data + pos;
+  return (uint64_t*)(data + pos);
+}
+
+// A record that is not a counted event (time, thread): published on its own.
+void write_marker(ThreadState& t, RingHeader* r, uint64_t head, uint64_t value, size_t words) {
+  uint64_t w;
+  uint64_t* at = reserve(t, r, words, &w);
+  if (!at) return;
+  at[0] = head;
+  if (words > 1) at[1] = value;
+  __atomic_store_n(&r->write, w + 8 * words, __ATOMIC_RELEASE);
+}
+
+// Every kTimeEvery events: a clock reading, and now and then a look at memhook's heartbeat.
+__attribute__((noinline)) void time_record(ThreadState& t, RingHeader* r) {
+  t.until_time = kTimeEvery;
+  write_marker(t, r, header(kTime, 0, 0, 0), now(), 2);
+  if (--t.until_check == 0) {
+    t.until_check = kCheckEvery;
+    check_consumer();
+  }
+}
+
+// Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
+// taken over; its cursors and event count carry on, so nothing already written is lost.
+__attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
+  t.ring = nullptr;
+  t.generation = g_generation;
+  t.tid = (uint32_t)syscall(SYS_gettid);
+  thread_stack_bounds(t);
+  RingHeader* got = nullptr;
+  uint32_t no = 0;
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if ((owner == 0 || owner == t.tid) && try_take(r, owner, t.tid)) got = r, no = i + 1;
+  }
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if (syscall(SYS_tgkill, (pid_t)g_ctl->target_pid, (pid_t)owner, 0) != 0 && errno == ESRCH &&
+        try_take(r, owner, t.tid))
+      got = r, no = i + 1;
+  }
+  if (got) {
+    t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
+    t.woke_at = got->write;
+    t.count = got->events;
+    t.ring_no = no;
+    t.until_time = 1;  // the first event carries a clock reading
+    t.until_check = kCheckEvery;
+    write_marker(t, got, header(kThread, 0, 0, t.tid), 0, 1);
+  }
+  t.ring = got;
+  return got;
+}
+
+inline RingHeader* my_ring(ThreadState& t) {
+  if (__builtin_expect(t.generation == g_generation && t.ring != nullptr, 1)) return t.ring;
+  return claim_ring(t);
+}
+
+inline void count_no_ring() { __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED); }
+
+inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_max_size; }
+
+// ---- Sampling: a Poisson process over allocated bytes, per thread. ----
+
+// ln(x) for x in (0, 1], to ~1e-10: the hook library does not pull in libm.
+double log_unit(double x) {
+  uint64_t bits;  // x = m * 2^e, m in [0.5, 1); x is normal here
+  memcpy(&bits, &x, 8);
+  int e = int((bits >> 52) & 0x7ff) - 1022;
+  bits = (bits & ~(uint64_t(0x7ff) << 52)) | (uint64_t(1022) << 52);
+  double m;
+  memcpy(&m, &bits, 8);
+  if (m < 0.70710678118654752) {
+    m *= 2;
+    e--;
+  }
+  double s = (m - 1) / (m + 1), s2 = s * s;
+  double series = s * (2 + s2 * (2.0 / 3 + s2 * (2.0 / 5 + s2 * (2.0 / 7 + s2 * (2.0 / 9 +
+                  s2 * (2.0 / 11 + s2 * (2.0 / 13)))))));
+  return series + e * 0.69314718055994531;
+}
+
+// Bytes until the next sample: exponential with mean g_sample_rate.
+__attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
+  if (t.sample_generation != g_generation) {
+    t.sample_generation = g_generation;
+    t.rng = (uint64_t)syscall(SYS_gettid) * 0x9E3779B97F4A7C15ull ^ __rdtsc();
+  }
+  uint64_t x = t.rng ? t.rng : 0x2545F4914F6CDD1Dull;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  t.rng = x;
+  double u = double((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;  // [0, 1)
+  return (int64_t)(-log_unit(1.0 - u) * double(g_sample_rate)) + 1;
+}
+
+// Sampling mode: is this allocation of `size` bytes sampled? An allocation of Z bytes is with
+// probability 1 - exp(-Z/rate); unsampled ones cost this countdown only.
+inline bool sampled(ThreadState& t, uint64_t size) {
+  t.sample_left -= (int64_t)size;
+  if (__builtin_expect(t.sample_left > 0 && t.sample_generation == g_generation, 1)) return false;
+  t.sample_left = next_sample_interval(t);
+  return true;
+}
+
+// ---- Recording. ----
+
+constexpr uint64_t kLive = uint64_t(1) << 32;
+
+inline uint32_t own_dep(ThreadState& t) { return t.ring_no << 24 | ((t.count + 1) & kDepCountMask); }
+
+// Make this event the pointer's latest in the address table; returns the dependency on the
+// previous one when another ring wrote it.
+inline uint32_t table_swap(ThreadState& t, uint64_t p, uint64_t live) {
+  TableIndex ti = table_index(p);
+  uint64_t* e = g_table + ti.index;
+  uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
+  __atomic_store_n(e, ti.tag << 33 | live | own_dep(t), __ATOMIC_RELAXED);
+  uint32_t dep = (uint32_t)old;
+  return ((old >> 33) == ti.tag && (dep >> 24) != t.ring_no) ? dep : 0;
+}
+
+// Sampling mode: does the table say `p` is a sampled block still live?
+inline bool table_live(uint64_t p) {
+  TableIndex ti = table_index(p);
+  uint64_t e = __atomic_load_n(g_table + ti.index, __ATOMIC_RELAXED);
+  return (e >> 33) == ti.tag && (e & kLive);
 }
 
 // Frame-pointer walk. Every frame pointer must lie on this thread's stack, above the previous
@@ -230,94 +331,67 @@ inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out) {
   return n;
 }
 
-inline void publish(RingHeader* r, uint64_t end) {
+// The caller's frame base is its saved rbp, trusted only when it lies on this stack above the
+// hook's frame (code without frame pointers keeps other things in rbp).
+inline uint64_t caller_frame(ThreadState& t, void** fp) {
+  uint64_t caller = (uint64_t)fp[0];
+  bool ok = caller > (uint64_t)fp && caller < t.stack_hi && !(caller & 7) &&
+            (uint64_t)fp >= t.stack_lo;
+  return ok ? caller : 0;
+}
+
+// Publish a counted event that ends at `end`.
+inline void publish(ThreadState& t, RingHeader* r, uint64_t end) {
   __atomic_store_n(&r->write, end, __ATOMIC_RELEASE);
-  __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->events, ++t.count, __ATOMIC_RELAXED);
 }
 
-inline void begin_event(RingHeader* r) {
-  r->busy = 1;
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);  // the timestamp is read after busy is stored
-}
+inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
 
-inline void drop(RingHeader* r) {
-  r->dropped++;
-  __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE);
-}
+inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
 
-inline void end_event(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
-inline void count_no_ring() { __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED); }
-
-inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_max_size; }
-
-// Append one record: header, the realloc extension if any, then the backtrace from the hook
-// frame `fp` (none for frees); publish it and end the event.
-__attribute__((always_inline)) inline void emit(ThreadState& t, RingHeader* r, EventKind kind,
-                                                int op, uint64_t ts, void* p, uint64_t size,
-                                                void** fp, const RecordRealloc* extra) {
-  const size_t head = sizeof(Record) + (extra ? sizeof(RecordRealloc) : 0) +
-                      (fp ? sizeof(RecordFrame) : 0);
-  uint64_t w;
-  uint8_t* at = reserve(t, r, head + (fp ? 8 * (size_t)g_depth : 0), &w);
-  if (!at) return drop(r);
-  Record* rec = (Record*)at;
-  uint32_t n = fp ? backtrace(t, fp, (uint64_t*)(at + head)) : 0;
-  if (fp) {
-    // The caller's frame base is its saved rbp, trusted only when it lies on this stack above
-    // the hook's frame (code without frame pointers keeps other things in rbp).
-    uint64_t caller = (uint64_t)fp[0];
-    bool ok = caller > (uint64_t)fp && caller < t.stack_hi && !(caller & 7) &&
-              (uint64_t)fp >= t.stack_lo;
-    *(RecordFrame*)(at + head - sizeof(RecordFrame)) = RecordFrame{(uint64_t)fp, ok ? caller : 0};
+// The ring for this event, with the thread's clock record due; nullptr: counted as lost.
+inline RingHeader* event_ring(ThreadState& t) {
+  RingHeader* r = my_ring(t);
+  if (__builtin_expect(!r, 0)) {
+    count_no_ring();
+    return nullptr;
   }
-  rec->kind = kind;
-  rec->op = (uint8_t)op;
-  rec->nframes = (uint16_t)n;
-  rec->tid = t.tid;
-  rec->ts = ts;
-  rec->ptr = (uint64_t)p;
-  rec->size = size;
-  if (extra) *(RecordRealloc*)(rec + 1) = *extra;
-  publish(r, w + head + 8 * n);
-}
-
-// An allocation that returned `p`: timestamped now, after the real call.
-__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
-                                                        uint64_t size, void** fp) {
-  if (!p || !size_wanted(size)) return;
-  RingHeader* r = my_ring(t);
-  if (!r) return count_no_ring();
-  begin_event(r);
-  emit(t, r, kAlloc, op, now(), p, size, fp, nullptr);
-}
-
-// Frees and reallocs are timestamped before the real call: the block may be reused by another
-// thread the moment it returns.
-inline RingHeader* begin_free(ThreadState& t, uint64_t* ts) {
-  RingHeader* r = my_ring(t);
-  if (!r) return nullptr;
-  begin_event(r);
-  *ts = now();
+  if (__builtin_expect(--t.until_time == 0, 0)) time_record(t, r);
   return r;
 }
 
-inline void finish_free(ThreadState& t, RingHeader* r, int op, void* p, uint64_t ts,
-                        void** fp) {
-  if (!r) return count_no_ring();
-  emit(t, r, kFree, op, ts, p, (uint64_t)fp, nullptr, nullptr);  // size: the hook's frame
+// An allocation that returned `p`, recorded after the real call.
+__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
+                                                        uint64_t size, void** fp) {
+  RingHeader* r = event_ring(t);
+  if (!r) return;
+  uint64_t w;
+  uint64_t* at = reserve(t, r, 5 + g_depth, &w);
+  if (!at) return drop(r);
+  uint32_t dep = table_swap(t, (uint64_t)p, kLive);
+  uint32_t n = backtrace(t, fp, at + 5);
+  at[0] = header(kAlloc, op, n, dep);
+  at[1] = (uint64_t)p;
+  at[2] = size;
+  at[3] = (uint64_t)fp;
+  at[4] = caller_frame(t, fp);
+  publish(t, r, w + 8 * (5 + n));
 }
 
-// realloc-like: `old` was released at ts_free (before the call), `p` allocated after it.
-inline void finish_realloc(ThreadState& t, RingHeader* r, int op, void* old, void* p,
-                           uint64_t size, uint64_t ts_free, void** fp) {
-  if (!r) return count_no_ring();
-  // Failure leaves `old` untouched; a zero size frees it, as glibc does; a filtered size
-  // records only the free of `old`.
-  bool freed_only = p ? !size_wanted(size) : size == 0;
-  if (!p && !freed_only) return end_event(r);
-  if (freed_only) return old ? finish_free(t, r, op, old, ts_free, fp) : end_event(r);
-  RecordRealloc extra{ts_free, (uint64_t)old};
-  emit(t, r, kRealloc, op, now(), p, size, fp, &extra);
+// A free, recorded (and published) before the real call: once it returns, another thread may
+// get the block back, and that thread's event will depend on this one.
+__attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
+                                                       void** fp) {
+  RingHeader* r = event_ring(t);
+  if (!r) return;
+  uint64_t w;
+  uint64_t* at = reserve(t, r, 3, &w);
+  if (!at) return drop(r);
+  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0));
+  at[1] = (uint64_t)p;
+  at[2] = (uint64_t)fp;
+  publish(t, r, w + 24);
 }
 
 inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }
@@ -526,7 +600,7 @@ __attribute__((noinline)) void abandon() {
   restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
   restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
-  madvise(g_rings, size_t(g_nrings) * ring_stride(g_ring_bytes), MADV_REMOVE);
+  madvise(g_table, table_bytes() + size_t(g_nrings) * ring_stride(g_ring_bytes), MADV_REMOVE);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }
 
@@ -552,20 +626,23 @@ void check_consumer() {
     PASS_THROUGH(sym, args)                                            \
     Guard guard(t);                                                    \
     ret result = REAL(sym) args;                                       \
-    record_alloc(t, ID_##sym, (result_ptr), (size_expr),               \
-                 (void**)__builtin_frame_address(0));                  \
+    void* p = (result_ptr);                                            \
+    uint64_t size = (size_expr);                                       \
+    if (p && size_wanted(size) && (!g_sample_rate || sampled(t, size))) \
+      record_alloc(t, ID_##sym, p, size, (void**)__builtin_frame_address(0)); \
     return result;                                                     \
   }
 
+// In sampling mode only frees of sampled blocks are recorded; the table knows which.
 #define HOOK_F(sym, ret, params, args)                                 \
   extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
     if (!p) return REAL(sym) args;                                     \
     PASS_THROUGH(sym, args)                                            \
-    Guard guard(t);                                                    \
-    uint64_t ts = 0;                                                   \
-    RingHeader* r = begin_free(t, &ts);                                \
+    t.in_hook = 1;                                                     \
+    if (!g_sample_rate || table_live((uint64_t)p))                     \
+      record_free(t, ID_##sym, p, (void**)__builtin_frame_address(0)); \
     REAL(sym) args;                                                    \
-    finish_free(t, r, ID_##sym, p, ts, (void**)__builtin_frame_address(0)); \
+    t.in_hook = 0;                                                     \
   }
 
 HOOK_A(malloc, void*, (size_t n), (n), n, result)
@@ -603,20 +680,75 @@ HOOK_F(_ZdlPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void
 HOOK_F(_ZdaPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void* tag),
        (p, a, tag))
 
-#define HOOK_R(sym, params, args, size_expr)                           \
+// realloc-like: `old` stops being ours when the call starts, the result is ours when it returns,
+// so the record is reserved and `old` entered in the table before the call, and published after.
+// Always one counted event: the dependency written for `old` names it.
+static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
+                     bool track_new, void** fp, void* (*call)(void*, uint64_t, uint64_t),
+                     uint64_t a1, uint64_t a2) {
+  RingHeader* r = event_ring(t);
+  if (!r) return call(old, a1, a2);
+  __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
+  uint64_t w;
+  uint64_t* at = reserve(t, r, 7 + g_depth, &w);
+  if (!at) {
+    drop(r);
+    void* p = call(old, a1, a2);
+    end_busy(r);
+    return p;
+  }
+  uint32_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0) : 0;
+  void* p = call(old, a1, a2);
+  // Failure leaves `old` untouched (still live); a zero size frees it, as glibc does.
+  bool old_freed = track_old && (p || size == 0);
+  if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive);
+  size_t words = 1;
+  if (p && track_new) {
+    uint32_t dep = table_swap(t, (uint64_t)p, kLive);
+    size_t head = old_freed ? 7 : 5;
+    uint32_t n = backtrace(t, fp, at + head);
+    at[0] = header(old_freed ? kRealloc : kAlloc, op, n, dep);
+    at[1] = (uint64_t)p;
+    at[2] = size;
+    at[3] = (uint64_t)fp;
+    at[4] = caller_frame(t, fp);
+    if (old_freed) {
+      at[5] = (uint64_t)old;
+      at[6] = dep_old;
+    }
+    words = head + n;
+  } else if (old_freed) {
+    at[0] = header(kFree, op, 0, dep_old);
+    at[1] = (uint64_t)old;
+    at[2] = (uint64_t)fp;
+    words = 3;
+  } else {
+    at[0] = header(kNop, op, 0, 0);
+  }
+  publish(t, r, w + 8 * words);
+  end_busy(r);
+  return p;
+}
+
+static void* call_realloc(void* p, uint64_t n, uint64_t) { return REAL(realloc)(p, n); }
+static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(reallocarray)(p, c, n); }
+
+#define HOOK_R(sym, params, args, size_expr, a1, a2)                   \
   extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
     PASS_THROUGH(sym, args)                                            \
-    Guard guard(t);                                                    \
-    uint64_t ts = 0;                                                   \
-    RingHeader* r = begin_free(t, &ts);                                \
-    void* result = REAL(sym) args;                                     \
-    finish_realloc(t, r, ID_##sym, p, result, (size_expr), ts,         \
-                   (void**)__builtin_frame_address(0));                \
+    uint64_t size = (size_expr);                                       \
+    bool track_old = p && (!g_sample_rate || table_live((uint64_t)p)); \
+    bool track_new = size_wanted(size) && (!g_sample_rate || sampled(t, size)); \
+    if (!track_old && !track_new) return REAL(sym) args;               \
+    t.in_hook = 1;                                                     \
+    void* result = record_realloc(t, ID_##sym, p, size, track_old, track_new, \
+                                  (void**)__builtin_frame_address(0), call_##sym, a1, a2); \
+    t.in_hook = 0;                                                     \
     return result;                                                     \
   }
 
-HOOK_R(realloc, (void* p, size_t n), (p, n), n)
-HOOK_R(reallocarray, (void* p, size_t c, size_t n), (p, c, n), c * n)
+HOOK_R(realloc, (void* p, size_t n), (p, n), n, n, 0)
+HOOK_R(reallocarray, (void* p, size_t c, size_t n), (p, c, n), c * n, c, n)
 
 extern "C" __attribute__((visibility("default"))) void* memhook_hook_dlopen(const char* f, int m) {
   void* h = REAL(dlopen)(f, m);
@@ -648,7 +780,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   Control* c = (Control*)m;
   if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
       (size_t)st.st_size < segment_bytes(c->nrings, c->ring_bytes) || c->depth > kMaxDepth ||
-      c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0) {
+      c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
     munmap(m, (size_t)st.st_size);
     return -4;
   }
@@ -658,11 +790,13 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   // released its pages on detach, so only address space remains.
   g_ctl = c;
   memhook_ctl = c;
+  g_table = (uint64_t*)((uint8_t*)m + table_offset());
   g_rings = (uint8_t*)m + rings_offset();
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;
   g_depth = c->depth;
   g_clock = c->clock;
+  g_sample_rate = c->sample_rate;
   g_min_size = c->min_size;
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)
@@ -691,7 +825,6 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   if (!once) {
     once = true;
     pthread_atfork(nullptr, nullptr, forked_child);
-    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0);
   }
   g_generation++;
   g_abandoning = 0;

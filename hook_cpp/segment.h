@@ -1,9 +1,16 @@
 // Layout of the shared-memory segment between the hook library (writer, inside the target) and
-// the consumer (reader, inside memhook). One control block, then one ring per writer thread.
+// the consumer (reader, inside memhook). One control block, the address table, then one ring per
+// writer thread.
 //
-// Ordering across rings: each event carries a timestamp taken *before* a free and *after* an
-// allocation returns, so a pointer's free always sorts before its reuse. The consumer merges rings
-// by timestamp up to a watermark that no in-flight event can undercut (see consumer.cpp).
+// Ordering across rings without a clock on the hot path. Events of one thread are in ring order.
+// Events of different threads on the same pointer are ordered by the allocator itself (a block is
+// freed before another thread gets it back), and the hooks record that order: the address table
+// holds, per pointer, the ring and event number of its latest event; the next event on that
+// pointer reads it (a dependency: "apply after ring R's event C") and writes its own. Plain loads
+// and stores suffice: the allocator's own synchronisation orders a pointer's events, and each
+// entry is one 8-byte word tagged with the pointer, so an entry overwritten by another pointer
+// only loses a dependency, never forges one. Time comes from a TSC record every kTimeEvery events
+// per thread and from the consumer's own drain times.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -11,12 +18,16 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
 constexpr int kMaxSlots = 8192;
+constexpr uint32_t kMaxRings = 254;   // ring numbers 1..254 fit a dependency's 8 bits
+constexpr int kTableBits = 22;        // address table: 4 Mi entries, 32 MiB (touched pages only)
+constexpr uint32_t kTimeEvery = 128;  // events between a thread's TSC records
+constexpr uint32_t kCheckEvery = 32;  // TSC records between a thread's heartbeat checks
 
 enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
 enum SlotState : uint32_t { kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2 };
@@ -44,6 +55,7 @@ struct alignas(64) Control {
   uint32_t clock;       // Clock
   uint64_t min_size;    // size filter, inclusive
   uint64_t max_size;
+  uint64_t sample_rate;  // 0: every call; else mean bytes between samples (Poisson per byte)
   uint64_t target_pid;
   uint64_t real[kMaxHooks];  // address of each real function in the target, 0 if unknown
   uint32_t nknown;
@@ -76,41 +88,49 @@ struct alignas(64) RingHeader {
   uint32_t owner;    // kernel tid of the writer, 0 = free
   uint32_t pad0;
   uint64_t write;    // total bytes published (monotonic)
-  uint64_t busy;     // nonzero while an event is between its timestamp and its publication
+  uint64_t busy;     // nonzero while a hook holding this ring is running (detach waits for it)
   uint64_t dropped;  // events dropped because the ring was full
-  uint8_t pad1[32];
+  uint64_t events;   // counted events published (alloc, free, realloc, nop): dependency numbers
+  uint8_t pad1[24];
   alignas(64) uint64_t read;  // total bytes consumed (monotonic)
   uint8_t pad2[56];
 };
 
-enum EventKind : uint8_t { kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3 };
+// Records are sequences of 8-byte words, the first a header:
+//   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 32-63 aux (a dependency, or a tid).
+// kAlloc   hdr(aux=dep) ptr size hook_frame caller_frame frames...
+// kRealloc hdr(aux=dep of ptr) ptr size hook_frame caller_frame old dep_of_old frames...
+// kFree    hdr(aux=dep) ptr hook_frame
+// kNop     hdr          (a realloc that failed: still counts as an event)
+// kTime    hdr ts       (clock reading; events after it happened no earlier)
+// kThread  hdr(aux=tid) (the ring's writer from here on)
+// kPadding hdr          (skip to the ring's start)
+// A dependency is (ring number 1..254) << 24 | (its event count after that event) mod 2^24;
+// 0 is none. Counted events: kAlloc, kRealloc, kFree, kNop.
+enum EventKind : uint8_t {
+  kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
+};
+constexpr uint32_t kDepCountMask = 0xffffff;
 
-// One event. Records are 8-byte aligned and variable-length: header, then for kRealloc a
-// RecordRealloc, for kAlloc and kRealloc a RecordFrame, then `nframes` return addresses.
-// kind == kPadding: skip to the ring's start.
-struct Record {
-  uint8_t kind;      // EventKind: decides the layout
-  uint8_t op;        // hook id: what the target called
-  uint16_t nframes;
-  uint32_t tid;
-  uint64_t ts;       // after an allocation returned / before a free began
-  uint64_t ptr;      // pointer allocated or freed
-  uint64_t size;     // bytes requested; for frees, the hook's frame address
+inline uint64_t header(EventKind kind, int op, uint32_t nframes, uint32_t aux) {
+  return uint64_t(kind) | uint64_t(op) << 8 | uint64_t(nframes) << 16 | uint64_t(aux) << 32;
+}
+
+// Address table entry: tag (pointer bits above the index) << 33 | live << 32 | dependency.
+// `live`: the pointer's latest event was an allocation (sampling mode: a sampled one).
+struct TableIndex {
+  uint64_t index, tag;
 };
-struct RecordRealloc {
-  uint64_t ts_free;  // taken before the real call: when `old` stopped being ours
-  uint64_t old;      // pointer passed in (0 for realloc(NULL, n))
-};
-// After the header (and RecordRealloc) of every allocation: where on the stack it happened, so
-// the consumer can tell whether the block is freed while the allocating call is still active.
-// Frees carry their hook's frame address in Record::size.
-struct RecordFrame {
-  uint64_t hook_frame;    // the hook's own frame address
-  uint64_t caller_frame;  // frame base of the function that called the allocator, 0 if unknown
-};
+inline TableIndex table_index(uint64_t p) {
+  uint64_t a = p >> 3;  // blocks are at least 8-aligned; 44 bits of user address remain
+  uint64_t tag = a >> kTableBits;
+  return {(a ^ (tag * 0x9E3779B97F4A7C15ull >> 40)) & ((uint64_t(1) << kTableBits) - 1), tag};
+}
 
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
-inline size_t rings_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
+inline size_t table_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
+inline size_t table_bytes() { return size_t(8) << kTableBits; }
+inline size_t rings_offset() { return table_offset() + table_bytes(); }
 inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes) {
   return rings_offset() + size_t(nrings) * ring_stride(ring_bytes);
 }

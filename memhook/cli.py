@@ -70,6 +70,10 @@ def attach_parser() -> Parser:
     p.add_argument("--unhook-after", type=positive_float, default=5.0,
                    help="if memhook dies, the target unhooks itself after this many seconds "
                    "without its heartbeat (default 5)")
+    p.add_argument("--sample-rate", type=size_arg, default=0, metavar="BYTES",
+                   help="sample allocations: on average one per BYTES allocated (a Poisson "
+                   "process per byte), each weighted by 1/P so totals stay unbiased; the "
+                   "unsampled cost a countdown (default 0: trace every call)")
     p.add_argument("--record-events", action="store_true",
                    help="keep every event in the capture (for lifetime analyses)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
@@ -296,7 +300,8 @@ def run_attach(argv: list[str]) -> int:
         raise UsageError("--top must be at least 1")
     opts = Options(depth=a.depth, min_size=a.min_size,
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
-                   ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after)
+                   ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
+                   sample_rate=a.sample_rate)
     try:
         opts.check()
     except ValueError as e:

@@ -26,6 +26,7 @@ class Options:
     ring_bytes: int = 4 << 20
     rings: int = 64
     abandon_after_s: float = 5.0  # the target unhooks itself when memhook is silent this long
+    sample_rate: int = 0  # 0: every call; else mean bytes between sampled allocations
 
     def check(self) -> None:
         if not 1 <= self.depth <= _native.MAX_DEPTH:
@@ -37,8 +38,10 @@ class Options:
                              f"({self.max_size})")
         if self.ring_bytes < 4096 or self.ring_bytes & (self.ring_bytes - 1):
             raise ValueError("--ring-size must be a power of two of at least 4096 bytes")
-        if not 1 <= self.rings <= 4096:
-            raise ValueError("--rings must be between 1 and 4096")
+        if not 1 <= self.rings <= _native.MAX_RINGS:
+            raise ValueError(f"--rings must be between 1 and {_native.MAX_RINGS}")
+        if self.sample_rate < 0:
+            raise ValueError("--sample-rate must not be negative")
 
 
 def hook_library() -> str:
@@ -107,6 +110,7 @@ class Session:
                                clock=_native.CLOCK_TSC if tsc_usable() else _native.CLOCK_MONOTONIC,
                                min_size=self.options.min_size, max_size=self.options.max_size,
                                real=layout.real, known=[o.bias for o in layout.objects],
+                               sample_rate=self.options.sample_rate,
                                abandon_after_s=self.options.abandon_after_s)
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
@@ -213,6 +217,7 @@ class Session:
             "started_at": self.started_at, "ended_at": self.ended_at,
             "duration_s": round(self.ended_at - self.started_at, 3),
             "end_reason": self.end_reason, "depth": self.options.depth,
+            "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),
             "slots_restored": self.restored, "pause_ms": self.pause_ms,
