@@ -188,8 +188,8 @@ def test_target_pause_under_50_ms(tmp_path):
 
 
 def test_thread_stuck_inside_a_hook_does_not_stall_the_consumer(tmp_path, targets):
-    """A writer blocked mid-event holds back the merge only for a while: after 2 s the other
-    threads' events are applied again instead of piling up in memhook."""
+    """A thread blocked inside the real free for 5 s holds back nothing: its event was
+    published before the call, and the other thread's events are applied meanwhile."""
     from memhook.session import Options, Session
     target = targets(build(tmp_path, "slow_free.c"))
     session = Session(target.pid, Options())
@@ -199,11 +199,10 @@ def test_thread_stuck_inside_a_hook_does_not_stall_the_consumer(tmp_path, target
         target.proc.stdin.flush()
         time.sleep(1.0)
         early = session.consumer.totals()
-        assert early["pending_events"] > 0  # held back behind the blocked free: as it must be
-        time.sleep(2.5)
+        time.sleep(1.5)
         later = session.consumer.totals()
-        assert later["events"] > early["events"] + 500  # the worker's events flow again
-        assert later["pending_events"] < 200
+        assert later["events"] > early["events"] + 500  # the worker's events flow meanwhile
+        assert later["unordered_events"] == 0
         target.expect("done", timeout=10)
     finally:
         session.detach("test")
