@@ -22,23 +22,26 @@ def main():
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES,
+                    help="comma-separated sizes (default 16,32,...,65536)")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
     t = Target(build("alloc_latency", Path(tempfile.mkdtemp())))
-    bare = {s: [] for s in SIZES}
-    hooked = {s: [] for s in SIZES}
+    sizes = a.sizes
+    bare = {s: [] for s in sizes}
+    hooked = {s: [] for s in sizes}
     dropped = 0
     for _ in range(a.cycles):
-        for s in SIZES:
+        for s in sizes:
             bare[s].append(t.ask(f"run {s} {a.count} {a.rounds}", "ns"))
         mh = Session(t.pid, *a.memhook_args)
-        for s in SIZES:
+        for s in sizes:
             hooked[s].append(t.ask(f"run {s} {a.count} {a.rounds}", "ns"))
         mh.stop()
         dropped += mh.dropped
     assert t.close() == 0
     print(f"{'size':>8} {'bare ns':>9} {'memhook ns':>11} {'ratio':>7}")
-    for s in SIZES:
+    for s in sizes:
         b, h = statistics.median(bare[s]), statistics.median(hooked[s])
         print(f"{s:>8} {b:>9.1f} {h:>11.1f} {h / b:>6.2f}x")
     print(f"dropped events (all cycles): {dropped}")

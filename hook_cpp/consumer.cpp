@@ -488,7 +488,7 @@ class Consumer {
   }
 
   struct RingState {
-    uint64_t applied = 0;  // counted events applied: what dependencies on this ring compare to
+    uint64_t read = 0;     // cursor past the last event applied
     uint64_t ts = 0;       // its latest clock record
     uint32_t tid = 0;      // its writer (kThread records)
     bool blocked = false;  // its next event waits for another ring
@@ -496,12 +496,32 @@ class Consumer {
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
   };
 
-  // Has ring `dep`'s event been applied? (24-bit event numbers, compared modulo.)
-  bool satisfied(uint32_t dep) const {
-    if (!dep) return true;
-    uint32_t no = dep >> 24;
-    if (no == 0 || no > ctl_->nrings) return true;  // malformed: nothing to wait for
-    return ((rings_[no - 1].applied - dep) & kDepCountMask) < (kDepCountMask + 1) / 2;
+  // Has the event named by `dep` been applied? It has unless it starts between its ring's read
+  // cursor and the end of what that ring published (or is about to: an event is entered in the
+  // address table before it is published, perhaps after a padding record). A ring's own
+  // dependencies are met by applying it in order.
+  bool satisfied(uint64_t dep, uint32_t own) const {
+    uint32_t no = uint32_t(dep >> 32);
+    if (!dep || no == own + 1 || no == 0 || no > ctl_->nrings) return true;
+    const RingHeader* r = ring(no - 1);
+    uint32_t start = (uint32_t)dep;
+    uint32_t read = uint32_t(rings_[no - 1].read >> 3);
+    uint32_t ahead = uint32_t(__atomic_load_n(&r->write, __ATOMIC_ACQUIRE) >> 3) - read;
+    uint32_t slack = 8 + 2 * kMaxDepth;  // the largest record, in words
+    return uint32_t(start - read) > ahead + slack;
+  }
+
+  // A block allocated while the map still holds it live from another thread: its free must be
+  // published in a ring not yet applied (a free is published before the real call, an allocation
+  // after it). Backs up a dependency the address table lost to a colliding pointer.
+  bool free_pending(uint8_t kind, const uint64_t* at, const RingState& rs, uint32_t index) {
+    if (kind == kFree || (kind == kRealloc && at[4] == at[1])) return false;
+    const LiveMap::Slot* b = live_.find(at[1]);
+    if (!b || b->tid == rs.tid) return false;
+    for (uint32_t j = 0; j < ctl_->nrings; j++)
+      if (j != index && rings_[j].read < __atomic_load_n(&ring(j)->write, __ATOMIC_ACQUIRE))
+        return true;
+    return false;  // nothing left to wait for: the free was lost
   }
 
   // Waits longer than kStuckNs at one cursor are given up: the event waited for will not come.
@@ -527,25 +547,29 @@ class Consumer {
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
     size_t n = 0;
     rs.blocked = false;
+    rs.read = rd;
     while (rd < w) {
       const uint64_t pos = rd & (cap - 1);
       const uint64_t* at = (const uint64_t*)(data + pos);
       const uint64_t hdr = at[0];
       const uint8_t kind = hdr & 0xff, op = (hdr >> 8) & 0xff;
-      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth), aux = hdr >> 32;
+      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth);
+      const uint64_t aux = hdr >> kDepShift;
       if (kind == kPadding) {
         rd += cap - pos;
         continue;
       }
-      size_t words = kind == kAlloc ? 5 + nf : kind == kRealloc ? 7 + nf : kind == kFree ? 3
+      size_t words = kind == kAlloc ? 4 + nf : kind == kRealloc ? 6 + nf : kind == kFree ? 3
                    : kind == kTime ? 2 : 1;
       if (kind > kThread || pos + 8 * words > cap || rd + 8 * words > w) {
         rd = w;  // malformed: skip what is there
         break;
       }
-      const uint32_t dep_old = kind == kRealloc ? (uint32_t)at[6] : 0;
+      const uint64_t dep_old = kind == kRealloc ? at[5] : 0;
       if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
-          !(satisfied(aux) && satisfied(dep_old)) && wait_at(rs, rd)) {
+          !(satisfied(aux, index) && satisfied(dep_old, index) &&
+            !free_pending(kind, at, rs, index)) &&
+          wait_at(rs, rd)) {
         rs.blocked = *any_blocked = true;
         break;
       }
@@ -556,20 +580,22 @@ class Consumer {
         continue;
       }
       if (kind == kThread) {
-        rs.tid = aux;
+        rs.tid = (uint32_t)aux;
         continue;
       }
-      rs.applied++;
       n++;
       uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
       last_ts_ = ts;
       if (kind == kFree) {
         apply({ts, at[1], 0, at[2], 0, 0, rs.tid, op, 1});
       } else if (kind == kAlloc || kind == kRealloc) {
-        if (kind == kRealloc) apply({ts, at[5], 0, at[3], 0, 0, rs.tid, op, 1});
-        apply({ts, at[1], at[2], at[3], at[4], intern(at + (kind == kAlloc ? 5 : 7), nf), rs.tid,
+        // The allocating call's frame bounds the hook's from above: frames below it returned.
+        const uint64_t caller = at[3], below = caller ? caller - 1 : 0;
+        if (kind == kRealloc) apply({ts, at[4], 0, below, 0, 0, rs.tid, op, 1});
+        apply({ts, at[1], at[2], below, caller, intern(at + (kind == kAlloc ? 4 : 6), nf), rs.tid,
                op, 0});
       }
+      rs.read = rd;  // satisfied() looks here
     }
     __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
     return n;

@@ -66,19 +66,22 @@ uint64_t* g_table;  // the address table (segment.h)
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
+bool g_selective;        // a size filter or sampling: allocations need a closer look
 uint32_t g_generation;   // bumped on every attach: stale per-thread ring pointers re-claim
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
 struct ThreadState {
   RingHeader* ring;
+  uint8_t* data;         // the ring's data area
+  uint64_t write;        // the ring's write cursor (this thread is its only writer)
+  uint64_t fast_until;   // writes ending at or before this cursor need no checks
+  uint64_t ring_dep;     // ring number << 32: this thread's dependencies
   uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks half full
   uint64_t woke_at;      // write cursor when this thread last woke the consumer
-  uint64_t count;        // counted events this ring has published (dependency numbers)
   uintptr_t stack_lo, stack_hi;
   int64_t sample_left;   // sampling mode: bytes until this thread's next sample
   uint64_t rng;          // xorshift state for the sampling intervals
-  uint32_t ring_no;      // 1-based number of `ring`
-  uint32_t generation;
+  uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t sample_generation;
   uint32_t tid;
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
@@ -103,13 +106,16 @@ struct Guard {
 // Read by every hook; cleared by memhook on detach (through GDB) and in a forked child.
 extern "C" __attribute__((visibility("default"))) volatile int memhook_active;
 volatile int memhook_active;
+// The hooks read it through a local alias: no GOT load on the hot path.
+extern "C" __attribute__((visibility("hidden"), alias("memhook_active"))) volatile int
+    memhook_active_here;
 // Where the control block is mapped in the target, for memhook's detach script.
 extern "C" __attribute__((visibility("default"))) Control* volatile memhook_ctl;
 Control* volatile memhook_ctl;
 
 namespace {
 
-inline bool active() { return __atomic_load_n(&memhook_active, __ATOMIC_RELAXED) != 0; }
+inline bool active() { return __atomic_load_n(&memhook_active_here, __ATOMIC_RELAXED) != 0; }
 
 inline uint64_t now() {
   if (__builtin_expect(g_clock == kClockTsc, 1)) return __rdtsc();
@@ -156,43 +162,57 @@ __attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
   syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
-// Space for `words` contiguous words in the ring, or nullptr (the caller drops the event).
-inline uint64_t* reserve(ThreadState& t, RingHeader* r, size_t words, uint64_t* out_write) {
+// Slow path of reserve(): wrap to the ring's start (a padding record), look at the consumer's
+// cursor, wake it when the ring passes half full. Returns the write cursor, or UINT64_MAX when
+// the ring is full (the caller drops the event).
+__attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   const uint64_t cap = g_ring_bytes;
-  const uint64_t bytes = 8 * words;
-  uint64_t w = r->write;
+  uint64_t w = t.write;
   uint64_t pos = w & (cap - 1);
   uint64_t pad = (pos + bytes > cap) ? cap - pos : 0;
-  if (__builtin_expect(w + pad + bytes - t.cached_read > cap / 2, 0)) {
-    t.cached_read = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE);
-    uint64_t used = w + pad + bytes - t.cached_read;
-    if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
-    if (used > cap) return nullptr;
-  }
-  uint8_t* data = (uint8_t*)(r + 1);
+  t.cached_read = __atomic_load_n(&t.ring->read, __ATOMIC_ACQUIRE);
+  uint64_t used = w + pad + bytes - t.cached_read;
+  if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
+  if (used > cap) return UINT64_MAX;
   if (pad) {
-    *(uint64_t*)(data + pos) = header(kPadding, 0, 0, 0);
+    *(uint64_t*)(t.data + pos) = header(kPadding, 0, 0, 0);
     w += pad;
-    pos = 0;
+    t.write = w;
   }
-  *out_write = w;
-  return (uint64_t*)(data + pos);
+  t.fast_until = std::min((w | (cap - 1)) + 1, t.cached_read + cap / 2);
+  return w;
 }
 
-// A record that is not a counted event (time, thread): published on its own.
-void write_marker(ThreadState& t, RingHeader* r, uint64_t head, uint64_t value, size_t words) {
-  uint64_t w;
-  uint64_t* at = reserve(t, r, words, &w);
-  if (!at) return;
+// The cursor where `bytes` contiguous bytes may be written, or UINT64_MAX: drop the event.
+inline uint64_t reserve(ThreadState& t, size_t bytes) {
+  uint64_t w = t.write;
+  if (__builtin_expect(w + bytes <= t.fast_until, 1)) return w;
+  return reserve_slow(t, bytes);
+}
+
+inline uint64_t* slot_at(ThreadState& t, uint64_t w) {
+  return (uint64_t*)(t.data + (w & (g_ring_bytes - 1)));
+}
+
+inline void publish(ThreadState& t, uint64_t end) {
+  t.write = end;
+  __atomic_store_n(&t.ring->write, end, __ATOMIC_RELEASE);
+}
+
+// A record that is not an event (time, thread): published on its own.
+void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
+  uint64_t w = reserve(t, 8 * words);
+  if (w == UINT64_MAX) return;
+  uint64_t* at = slot_at(t, w);
   at[0] = head;
   if (words > 1) at[1] = value;
-  __atomic_store_n(&r->write, w + 8 * words, __ATOMIC_RELEASE);
+  publish(t, w + 8 * words);
 }
 
 // Every kTimeEvery events: a clock reading, and now and then a look at memhook's heartbeat.
-__attribute__((noinline)) void time_record(ThreadState& t, RingHeader* r) {
+__attribute__((noinline)) void time_record(ThreadState& t) {
   t.until_time = kTimeEvery;
-  write_marker(t, r, header(kTime, 0, 0, 0), now(), 2);
+  write_marker(t, header(kTime, 0, 0, 0), now(), 2);
   if (--t.until_check == 0) {
     t.until_check = kCheckEvery;
     check_consumer();
@@ -200,10 +220,10 @@ __attribute__((noinline)) void time_record(ThreadState& t, RingHeader* r) {
 }
 
 // Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
-// taken over; its cursors and event count carry on, so nothing already written is lost.
+// taken over; its cursors carry on, so nothing already written is lost.
 __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
   t.ring = nullptr;
-  t.generation = g_generation;
+  t.generation = 0;
   t.tid = (uint32_t)syscall(SYS_gettid);
   thread_stack_bounds(t);
   RingHeader* got = nullptr;
@@ -221,21 +241,21 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
       got = r, no = i + 1;
   }
   if (got) {
+    // Fault the ring in now, once, rather than a page at a time inside later hooks.
+    madvise(got, ring_stride(g_ring_bytes), MADV_POPULATE_WRITE);
+    t.ring = got;
+    t.data = (uint8_t*)(got + 1);
+    t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
-    t.woke_at = got->write;
-    t.count = got->events;
-    t.ring_no = no;
+    t.fast_until = 0;  // the first reserve takes the slow path and computes it
+    t.woke_at = t.write;
+    t.ring_dep = uint64_t(no) << 32;
     t.until_time = 1;  // the first event carries a clock reading
     t.until_check = kCheckEvery;
-    write_marker(t, got, header(kThread, 0, 0, t.tid), 0, 1);
+    t.generation = g_generation;  // only a claimed ring makes the fast path valid
+    write_marker(t, header(kThread, 0, 0, t.tid), 0, 1);
   }
-  t.ring = got;
   return got;
-}
-
-inline RingHeader* my_ring(ThreadState& t) {
-  if (__builtin_expect(t.generation == g_generation && t.ring != nullptr, 1)) return t.ring;
-  return claim_ring(t);
 }
 
 inline void count_no_ring() { __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED); }
@@ -286,38 +306,45 @@ inline bool sampled(ThreadState& t, uint64_t size) {
   return true;
 }
 
+inline bool wanted(ThreadState& t, uint64_t size) {
+  return size_wanted(size) && (!g_sample_rate || sampled(t, size));
+}
+
 // ---- Recording. ----
 
-constexpr uint64_t kLive = uint64_t(1) << 32;
-
-inline uint32_t own_dep(ThreadState& t) { return t.ring_no << 24 | ((t.count + 1) & kDepCountMask); }
-
-// Make this event the pointer's latest in the address table; returns the dependency on the
-// previous one when another ring wrote it.
-inline uint32_t table_swap(ThreadState& t, uint64_t p, uint64_t live) {
+// This event, starting at cursor w, becomes the pointer's latest in the address table. Returns
+// the dependency on the previous one (0 if the entry belonged to another pointer; one on this
+// thread's own ring is trivially met, the consumer applies a ring in order).
+inline uint64_t table_swap(ThreadState& t, uint64_t p, uint64_t live, uint64_t w) {
   TableIndex ti = table_index(p);
   uint64_t* e = g_table + ti.index;
   uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
-  __atomic_store_n(e, ti.tag << 33 | live | own_dep(t), __ATOMIC_RELAXED);
-  uint32_t dep = (uint32_t)old;
-  return ((old >> 33) == ti.tag && (dep >> 24) != t.ring_no) ? dep : 0;
+  __atomic_store_n(e, ti.tag << kTagShift | live | t.ring_dep | (uint32_t)(w >> 3),
+                   __ATOMIC_RELAXED);
+  return (old >> kTagShift) == ti.tag ? old & kDepMask : 0;
 }
 
 // Sampling mode: does the table say `p` is a sampled block still live?
 inline bool table_live(uint64_t p) {
   TableIndex ti = table_index(p);
   uint64_t e = __atomic_load_n(g_table + ti.index, __ATOMIC_RELAXED);
-  return (e >> 33) == ti.tag && (e & kLive);
+  return (e >> kTagShift) == ti.tag && (e & kLive);
 }
 
 // Frame-pointer walk. Every frame pointer must lie on this thread's stack, above the previous
 // one and aligned, so code built without frame pointers ends the walk instead of faulting.
-inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out) {
+// *caller: the first frame above the hook's (the allocating function's frame base), or 0.
+inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out, uint64_t* caller) {
   uint32_t n = 0;
   // The hook's own frame always exists: its return address is the allocation's caller.
   out[n++] = (uint64_t)fp[1];
+  *caller = 0;
   const uintptr_t lo = t.stack_lo, hi = t.stack_hi;
   if ((uintptr_t)fp < lo || (uintptr_t)fp >= hi) return n;
+  void** first = (void**)fp[0];
+  if ((uintptr_t)first > (uintptr_t)fp && (uintptr_t)first <= hi - 16 &&
+      ((uintptr_t)first & 7) == 0)
+    *caller = (uint64_t)first;
   while (n < g_depth) {
     void** next = (void**)fp[0];
     if ((uintptr_t)next <= (uintptr_t)fp || (uintptr_t)next > hi - 16 ||
@@ -331,67 +358,55 @@ inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out) {
   return n;
 }
 
-// The caller's frame base is its saved rbp, trusted only when it lies on this stack above the
-// hook's frame (code without frame pointers keeps other things in rbp).
-inline uint64_t caller_frame(ThreadState& t, void** fp) {
-  uint64_t caller = (uint64_t)fp[0];
-  bool ok = caller > (uint64_t)fp && caller < t.stack_hi && !(caller & 7) &&
-            (uint64_t)fp >= t.stack_lo;
-  return ok ? caller : 0;
-}
-
-// Publish a counted event that ends at `end`.
-inline void publish(ThreadState& t, RingHeader* r, uint64_t end) {
-  __atomic_store_n(&r->write, end, __ATOMIC_RELEASE);
-  __atomic_store_n(&r->events, ++t.count, __ATOMIC_RELAXED);
-}
-
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
 
 inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
 
-// The ring for this event, with the thread's clock record due; nullptr: counted as lost.
-inline RingHeader* event_ring(ThreadState& t) {
-  RingHeader* r = my_ring(t);
-  if (__builtin_expect(!r, 0)) {
+// This thread's ring, with its clock record written when due; false: the event is lost (and
+// counted).
+inline bool event_ring(ThreadState& t) {
+  if (__builtin_expect(t.generation != g_generation, 0) && !claim_ring(t)) {
     count_no_ring();
-    return nullptr;
+    return false;
   }
-  if (__builtin_expect(--t.until_time == 0, 0)) time_record(t, r);
-  return r;
+  if (__builtin_expect(--t.until_time == 0, 0)) time_record(t);
+  return true;
 }
 
 // An allocation that returned `p`, recorded after the real call.
 __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
                                                         uint64_t size, void** fp) {
-  RingHeader* r = event_ring(t);
-  if (!r) return;
-  uint64_t w;
-  uint64_t* at = reserve(t, r, 5 + g_depth, &w);
-  if (!at) return drop(r);
-  uint32_t dep = table_swap(t, (uint64_t)p, kLive);
-  uint32_t n = backtrace(t, fp, at + 5);
-  at[0] = header(kAlloc, op, n, dep);
+  if (!event_ring(t)) return;
+  uint64_t w = t.write;
+  if (__builtin_expect(w + 8 * (4 + g_depth) > t.fast_until, 0)) {
+    w = reserve_slow(t, 8 * (4 + g_depth));
+    if (w == UINT64_MAX) return drop(t.ring);
+  }
+  uint64_t* at = slot_at(t, w);
+  uint64_t caller;
+  uint32_t n = backtrace(t, fp, at + 4, &caller);
+  at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
   at[1] = (uint64_t)p;
   at[2] = size;
-  at[3] = (uint64_t)fp;
-  at[4] = caller_frame(t, fp);
-  publish(t, r, w + 8 * (5 + n));
+  at[3] = caller;
+  publish(t, w + 8 * (4 + n));
 }
 
 // A free, recorded (and published) before the real call: once it returns, another thread may
 // get the block back, and that thread's event will depend on this one.
 __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
                                                        void** fp) {
-  RingHeader* r = event_ring(t);
-  if (!r) return;
-  uint64_t w;
-  uint64_t* at = reserve(t, r, 3, &w);
-  if (!at) return drop(r);
-  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0));
+  if (!event_ring(t)) return;
+  uint64_t w = t.write;
+  if (__builtin_expect(w + 24 > t.fast_until, 0)) {
+    w = reserve_slow(t, 24);
+    if (w == UINT64_MAX) return drop(t.ring);
+  }
+  uint64_t* at = slot_at(t, w);
+  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
   at[1] = (uint64_t)p;
   at[2] = (uint64_t)fp;
-  publish(t, r, w + 24);
+  publish(t, w + 24);
 }
 
 inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }
@@ -628,7 +643,7 @@ void check_consumer() {
     ret result = REAL(sym) args;                                       \
     void* p = (result_ptr);                                            \
     uint64_t size = (size_expr);                                       \
-    if (p && size_wanted(size) && (!g_sample_rate || sampled(t, size))) \
+    if (p && (!g_selective || wanted(t, size)))                        \
       record_alloc(t, ID_##sym, p, size, (void**)__builtin_frame_address(0)); \
     return result;                                                     \
   }
@@ -684,37 +699,36 @@ HOOK_F(_ZdaPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void
 // so the record is reserved and `old` entered in the table before the call, and published after.
 // Always one counted event: the dependency written for `old` names it.
 static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
-                     bool track_new, void** fp, void* (*call)(void*, uint64_t, uint64_t),
-                     uint64_t a1, uint64_t a2) {
-  RingHeader* r = event_ring(t);
-  if (!r) return call(old, a1, a2);
+                            bool track_new, void** fp,
+                            void* (*call)(void*, uint64_t, uint64_t), uint64_t a1, uint64_t a2) {
+  if (!event_ring(t)) return call(old, a1, a2);
+  RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
-  uint64_t w;
-  uint64_t* at = reserve(t, r, 7 + g_depth, &w);
-  if (!at) {
+  uint64_t w = reserve(t, 8 * (6 + g_depth));
+  if (w == UINT64_MAX) {
     drop(r);
     void* p = call(old, a1, a2);
     end_busy(r);
     return p;
   }
-  uint32_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0) : 0;
+  uint64_t* at = slot_at(t, w);
+  uint64_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0, w) : 0;
   void* p = call(old, a1, a2);
   // Failure leaves `old` untouched (still live); a zero size frees it, as glibc does.
   bool old_freed = track_old && (p || size == 0);
-  if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive);
+  if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive, w);
   size_t words = 1;
   if (p && track_new) {
-    uint32_t dep = table_swap(t, (uint64_t)p, kLive);
-    size_t head = old_freed ? 7 : 5;
-    uint32_t n = backtrace(t, fp, at + head);
-    at[0] = header(old_freed ? kRealloc : kAlloc, op, n, dep);
+    size_t head = old_freed ? 6 : 4;
+    uint64_t caller;
+    uint32_t n = backtrace(t, fp, at + head, &caller);
+    at[0] = header(old_freed ? kRealloc : kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
     at[1] = (uint64_t)p;
     at[2] = size;
-    at[3] = (uint64_t)fp;
-    at[4] = caller_frame(t, fp);
+    at[3] = caller;
     if (old_freed) {
-      at[5] = (uint64_t)old;
-      at[6] = dep_old;
+      at[4] = (uint64_t)old;
+      at[5] = dep_old;
     }
     words = head + n;
   } else if (old_freed) {
@@ -725,7 +739,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   } else {
     at[0] = header(kNop, op, 0, 0);
   }
-  publish(t, r, w + 8 * words);
+  publish(t, w + 8 * words);
   end_busy(r);
   return p;
 }
@@ -797,6 +811,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_depth = c->depth;
   g_clock = c->clock;
   g_sample_rate = c->sample_rate;
+  g_selective = c->sample_rate || c->min_size || c->max_size != UINT64_MAX;
   g_min_size = c->min_size;
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)

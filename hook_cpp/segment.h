@@ -97,33 +97,44 @@ struct alignas(64) RingHeader {
 };
 
 // Records are sequences of 8-byte words, the first a header:
-//   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 32-63 aux (a dependency, or a tid).
-// kAlloc   hdr(aux=dep) ptr size hook_frame caller_frame frames...
-// kRealloc hdr(aux=dep of ptr) ptr size hook_frame caller_frame old dep_of_old frames...
+//   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
+// kAlloc   hdr(aux=dep) ptr size caller_frame frames...
+// kRealloc hdr(aux=dep of ptr) ptr size caller_frame old dep_of_old frames...
 // kFree    hdr(aux=dep) ptr hook_frame
-// kNop     hdr          (a realloc that failed: still counts as an event)
+// kNop     hdr          (a realloc that failed)
 // kTime    hdr ts       (clock reading; events after it happened no earlier)
 // kThread  hdr(aux=tid) (the ring's writer from here on)
 // kPadding hdr          (skip to the ring's start)
-// A dependency is (ring number 1..254) << 24 | (its event count after that event) mod 2^24;
-// 0 is none. Counted events: kAlloc, kRealloc, kFree, kNop.
+// caller_frame: frame base of the function that called the allocator (0: unknown); hook_frame:
+// the free hook's own frame. Together they tell whether a block was freed by the call that
+// allocated it.
+//
+// A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
+// cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
+// of that ring is past its start.
 enum EventKind : uint8_t {
   kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
 };
-constexpr uint32_t kDepCountMask = 0xffffff;
+constexpr int kDepShift = 24;  // where the aux field starts in a header
 
-inline uint64_t header(EventKind kind, int op, uint32_t nframes, uint32_t aux) {
-  return uint64_t(kind) | uint64_t(op) << 8 | uint64_t(nframes) << 16 | uint64_t(aux) << 32;
+constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
+  return uint64_t(kind) | uint64_t(op) << 8 | nframes << 16 | aux << kDepShift;
 }
 
-// Address table entry: tag (pointer bits above the index) << 33 | live << 32 | dependency.
-// `live`: the pointer's latest event was an allocation (sampling mode: a sampled one).
+// Address table entry: tag (the pointer's bits above the index) << 43 | live << 42 | dependency
+// (40 bits). live: the pointer's latest event was an allocation (in sampling mode, a sampled
+// one). The index is unique for a (tag, low bits) pair, so a tag match names the pointer.
+constexpr int kTagShift = 43;
+constexpr uint64_t kLive = uint64_t(1) << 42;
+constexpr uint64_t kDepMask = (uint64_t(1) << 40) - 1;
 struct TableIndex {
   uint64_t index, tag;
 };
 inline TableIndex table_index(uint64_t p) {
-  uint64_t a = p >> 3;  // blocks are at least 8-aligned; 44 bits of user address remain
+  uint64_t a = p >> 4;  // 16-byte granules: 43 bits of user address
   uint64_t tag = a >> kTableBits;
+  // A multiplied tag moves each 64 MiB window to its own random offset: glibc's thread arenas
+  // are 64 MiB-aligned and fill alike, and plain folding would stack their blocks together.
   return {(a ^ (tag * 0x9E3779B97F4A7C15ull >> 40)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 

@@ -16,7 +16,8 @@ from .symbolize import Symbolizer
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
              "outstanding_bytes")
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
-              "outstanding_bytes", "unknown_free_count", "dropped_events")
+              "outstanding_bytes", "unknown_free_count", "dropped_events", "unordered_events",
+              "sample_rate", "sampled_allocations")
 WEIGHTS = {"outstanding": "outstanding_bytes", "allocated": "alloc_bytes", "count": "alloc_count"}
 
 
@@ -170,6 +171,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
         f"dropped events: {t['dropped_events']}",
     ]
+    if t.get("sample_rate"):
+        lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
+                     f"({t['sampled_allocations']} samples); counts and bytes are estimates")
     pm = report.get("process_memory")
     if pm:
         lines.append(f"  process: resident {human_bytes(pm['rss_bytes'])} (anonymous "
