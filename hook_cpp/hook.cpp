@@ -67,6 +67,11 @@ uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look
+bool g_size_filter;      // --min-size / --max-size given
+// An allocation hook's entry passes a call straight through while the thread's countdown stays
+// above this: INT64_MAX when every call needs a look, generation << 48 when sampling (so a
+// countdown left from an earlier session is below it, and starts afresh).
+int64_t g_sample_base = INT64_MAX;
 uint32_t g_generation;   // bumped on every attach: stale per-thread ring pointers re-claim
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
@@ -79,7 +84,7 @@ struct ThreadState {
   uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks half full
   uint64_t woke_at;      // write cursor when this thread last woke the consumer
   uintptr_t stack_lo, stack_hi;
-  int64_t sample_left;   // sampling mode: bytes until this thread's next sample
+  int64_t sample_left;   // sampling: g_sample_base + bytes until this thread's next sample
   uint64_t rng;          // xorshift state for the sampling intervals
   uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t sample_generation;
@@ -93,17 +98,38 @@ __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 void check_consumer();
 
 // Sets the recursion guard for a hook's duration, also when operator new throws through it.
+// Nested calls (operator new's malloc) leave the sampling countdown as it was: their bytes are
+// this call's.
 struct Guard {
   ThreadState& t;
-  explicit Guard(ThreadState& s) : t(s) { t.in_hook = 1; }
-  ~Guard() { t.in_hook = 0; }
+  int64_t left;
+  explicit Guard(ThreadState& s) : t(s), left(s.sample_left) { t.in_hook = 1; }
+  ~Guard() {
+    t.sample_left = left;
+    t.in_hook = 0;
+  }
 };
 
 #define REAL(sym) ((real_##sym##_t)g_real[ID_##sym])
 
+// Operator new calls malloc through libstdc++'s own (hooked) slot.
+struct Nests {
+  bool id[kMaxHooks] = {};
+  constexpr Nests() {
+    for (int i : {ID__Znwm, ID__Znam, ID__ZnwmRKSt9nothrow_t, ID__ZnamRKSt9nothrow_t,
+                  ID__ZnwmSt11align_val_t, ID__ZnamSt11align_val_t,
+                  ID__ZnwmSt11align_val_tRKSt9nothrow_t, ID__ZnamSt11align_val_tRKSt9nothrow_t})
+      id[i] = true;
+  }
+  constexpr bool operator[](int i) const { return id[i]; }
+};
+constexpr Nests kNests;
+
 }  // namespace
 
-// Read by every hook; cleared by memhook on detach (through GDB) and in a forked child.
+// Read by every hook; cleared by memhook on detach (through GDB) and in a forked child. Nonzero
+// values say how allocations are chosen, so the hooks' entries read one word.
+enum Mode : int { kOff = 0, kEvery = 1, kSelective = 2 /* a size filter or sampling */ };
 extern "C" __attribute__((visibility("default"))) volatile int memhook_active;
 volatile int memhook_active;
 // The hooks read it through a local alias: no GOT load on the hot path.
@@ -115,7 +141,8 @@ Control* volatile memhook_ctl;
 
 namespace {
 
-inline bool active() { return __atomic_load_n(&memhook_active_here, __ATOMIC_RELAXED) != 0; }
+inline int mode() { return __atomic_load_n(&memhook_active_here, __ATOMIC_RELAXED); }
+inline bool active() { return mode() != kOff; }
 
 inline uint64_t now() {
   if (__builtin_expect(g_clock == kClockTsc, 1)) return __rdtsc();
@@ -297,17 +324,26 @@ __attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
   return (int64_t)(-log_unit(1.0 - u) * double(g_sample_rate)) + 1;
 }
 
-// Sampling mode: is this allocation of `size` bytes sampled? An allocation of Z bytes is with
-// probability 1 - exp(-Z/rate); unsampled ones cost this countdown only.
-inline bool sampled(ThreadState& t, uint64_t size) {
-  t.sample_left -= (int64_t)size;
-  if (__builtin_expect(t.sample_left > 0 && t.sample_generation == g_generation, 1)) return false;
-  t.sample_left = next_sample_interval(t);
-  return true;
+// Slow side of chosen(): the countdown reached the base (or every call needs a look). Is this
+// call of `size` bytes recorded? Sampled with probability 1 - exp(-size/rate) (the countdown is
+// exponential, so memoryless), then a fresh interval.
+__attribute__((noinline)) bool chosen_slow(ThreadState& t, uint64_t size) {
+  if (!g_sample_rate) return !g_size_filter || size_wanted(size);
+  if (t.sample_generation != g_generation) {  // left from an earlier session: draw afresh
+    t.sample_left = g_sample_base + next_sample_interval(t) - (int64_t)size;
+    if (t.sample_left > g_sample_base) return false;
+  }
+  t.sample_left = g_sample_base + next_sample_interval(t);
+  return !g_size_filter || size_wanted(size);
 }
 
-inline bool wanted(ThreadState& t, uint64_t size) {
-  return size_wanted(size) && (!g_sample_rate || sampled(t, size));
+// Is an allocation of `size` bytes recorded? Decided before the real call; when not, the hook's
+// cost is this countdown.
+inline bool chosen(ThreadState& t, uint64_t size) {
+  int64_t left = (int64_t)((uint64_t)t.sample_left - size);
+  t.sample_left = left;
+  if (__builtin_expect(left > g_sample_base, 1)) return false;
+  return chosen_slow(t, size);
 }
 
 // ---- Recording. ----
@@ -636,16 +672,39 @@ void check_consumer() {
   ThreadState& t = t_state;                                            \
   if (__builtin_expect(!active() || t.in_hook, 0)) return REAL(sym) args;
 
+// Allocation hooks come in two parts. The entry counts the thread's sampling countdown down and,
+// while it stays above g_sample_base (sampling mode, not yet due), tail-calls the real function:
+// a few instructions, no frame of its own. Otherwise the recording part, entered by a tail call
+// so that its frame sits directly below the caller's (the backtrace starts there), decides:
+// memhook inactive, a nested call, filtered out or not sampled go to the real function;
+// everything else is recorded.
 #define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
-    PASS_THROUGH(sym, args)                                            \
+  __attribute__((noinline)) static ret record_##sym params {            \
+    ThreadState& t = t_state;                                          \
+    const uint64_t size = (size_expr);                                 \
+    const int m = mode();                                              \
+    if (m == kOff || t.in_hook || (m == kSelective && !chosen_slow(t, size))) { \
+      if (!kNests[ID_##sym]) return REAL(sym) args;                    \
+      Guard guard(t);                                                  \
+      return REAL(sym) args;                                           \
+    }                                                                  \
     Guard guard(t);                                                    \
     ret result = REAL(sym) args;                                       \
-    void* p = (result_ptr);                                            \
-    uint64_t size = (size_expr);                                       \
-    if (p && (!g_selective || wanted(t, size)))                        \
+    if (void* p = (result_ptr))                                        \
       record_alloc(t, ID_##sym, p, size, (void**)__builtin_frame_address(0)); \
     return result;                                                     \
+  }                                                                    \
+  extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
+  memhook_hook_##sym params {                                          \
+    ThreadState& t = t_state;                                          \
+    int64_t left = (int64_t)((uint64_t)t.sample_left - (size_expr));   \
+    t.sample_left = left;                                              \
+    if (__builtin_expect(left > g_sample_base, 1)) {                   \
+      if (!kNests[ID_##sym]) return REAL(sym) args;                    \
+      Guard guard(t); /* its inner malloc is this call, not another */ \
+      return REAL(sym) args;                                           \
+    }                                                                  \
+    return record_##sym args;                                          \
   }
 
 // In sampling mode only frees of sampled blocks are recorded; the table knows which.
@@ -752,7 +811,7 @@ static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(re
     PASS_THROUGH(sym, args)                                            \
     uint64_t size = (size_expr);                                       \
     bool track_old = p && (!g_sample_rate || table_live((uint64_t)p)); \
-    bool track_new = size_wanted(size) && (!g_sample_rate || sampled(t, size)); \
+    bool track_new = chosen(t, size);                                  \
     if (!track_old && !track_new) return REAL(sym) args;               \
     t.in_hook = 1;                                                     \
     void* result = record_realloc(t, ID_##sym, p, size, track_old, track_new, \
@@ -811,7 +870,9 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_depth = c->depth;
   g_clock = c->clock;
   g_sample_rate = c->sample_rate;
-  g_selective = c->sample_rate || c->min_size || c->max_size != UINT64_MAX;
+  g_size_filter = c->min_size || c->max_size != UINT64_MAX;
+  g_selective = c->sample_rate || g_size_filter;
+  g_sample_base = c->sample_rate ? int64_t((g_generation + 1) & 0x7fff) << 48 : INT64_MAX;
   g_min_size = c->min_size;
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)
@@ -844,7 +905,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_generation++;
   g_abandoning = 0;
   c->started = 1;
-  __atomic_store_n(&memhook_active, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&memhook_active, g_selective ? kSelective : kEvery, __ATOMIC_RELEASE);
   return 0;
 }
 
