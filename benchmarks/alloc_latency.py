@@ -5,7 +5,10 @@ untimed), median of ROUNDS rounds, measured unprofiled and with memhook attached
 CYCLES times in the same target process; prints ns/call and the ratio (attached / bare, medians
 over cycles) per size, plus the events memhook dropped.
 
-    sudo .venv/bin/python benchmarks/alloc_latency.py [--cycles 3] [--rounds 5] [-- memhook args]
+    sudo .venv/bin/python benchmarks/alloc_latency.py [--cycles 3] [--rounds 5] [--depth 40]
+                                                      [-- memhook args, e.g. --sample-rate 512KiB]
+
+--depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost).
 """
 import argparse
 import statistics
@@ -22,6 +25,7 @@ def main():
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--depth", type=int, default=0, help="extra frames above each malloc")
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES,
                     help="comma-separated sizes (default 16,32,...,65536)")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
@@ -33,10 +37,10 @@ def main():
     dropped = 0
     for _ in range(a.cycles):
         for s in sizes:
-            bare[s].append(t.ask(f"run {s} {a.count} {a.rounds}", "ns"))
+            bare[s].append(t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
         mh = Session(t.pid, *a.memhook_args)
         for s in sizes:
-            hooked[s].append(t.ask(f"run {s} {a.count} {a.rounds}", "ns"))
+            hooked[s].append(t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
         mh.stop()
         dropped += mh.dropped
     assert t.close() == 0
@@ -44,7 +48,8 @@ def main():
     for s in sizes:
         b, h = statistics.median(bare[s]), statistics.median(hooked[s])
         print(f"{s:>8} {b:>9.1f} {h:>11.1f} {h / b:>6.2f}x")
-    print(f"dropped events (all cycles): {dropped}")
+    events = 2 * a.cycles * len(sizes) * a.count * a.rounds  # mallocs and frees while attached
+    print(f"dropped events (all cycles): {dropped} of {events} ({100 * dropped / events:.1f} %)")
 
 
 if __name__ == "__main__":

@@ -68,10 +68,6 @@ uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look
 bool g_size_filter;      // --min-size / --max-size given
-// An allocation hook's entry passes a call straight through while the thread's countdown stays
-// above this: INT64_MAX when every call needs a look, generation << 48 when sampling (so a
-// countdown left from an earlier session is below it, and starts afresh).
-int64_t g_sample_base = INT64_MAX;
 uint32_t g_generation;   // bumped on every attach: stale per-thread ring pointers re-claim
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
@@ -84,7 +80,7 @@ struct ThreadState {
   uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks half full
   uint64_t woke_at;      // write cursor when this thread last woke the consumer
   uintptr_t stack_lo, stack_hi;
-  int64_t sample_left;   // sampling: g_sample_base + bytes until this thread's next sample
+  int64_t sample_left;   // sampling: bytes until this thread's next sample
   uint64_t rng;          // xorshift state for the sampling intervals
   uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t sample_generation;
@@ -324,25 +320,26 @@ __attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
   return (int64_t)(-log_unit(1.0 - u) * double(g_sample_rate)) + 1;
 }
 
-// Slow side of chosen(): the countdown reached the base (or every call needs a look). Is this
-// call of `size` bytes recorded? Sampled with probability 1 - exp(-size/rate) (the countdown is
-// exponential, so memoryless), then a fresh interval.
+// Is this call of `size` bytes recorded, its countdown having reached zero (sampling: with
+// probability 1 - exp(-size/rate); the countdown is exponential, so memoryless), then a fresh
+// interval. A countdown left from an earlier session is kept: drawn with that session's rate,
+// and exact when the rate is unchanged.
 __attribute__((noinline)) bool chosen_slow(ThreadState& t, uint64_t size) {
   if (!g_sample_rate) return !g_size_filter || size_wanted(size);
-  if (t.sample_generation != g_generation) {  // left from an earlier session: draw afresh
-    t.sample_left = g_sample_base + next_sample_interval(t) - (int64_t)size;
-    if (t.sample_left > g_sample_base) return false;
+  if (t.sample_generation != g_generation) {  // this thread's first look in this session
+    t.sample_left = next_sample_interval(t) - (int64_t)size;
+    if (t.sample_left > 0) return false;
   }
-  t.sample_left = g_sample_base + next_sample_interval(t);
+  t.sample_left = next_sample_interval(t);
   return !g_size_filter || size_wanted(size);
 }
 
-// Is an allocation of `size` bytes recorded? Decided before the real call; when not, the hook's
-// cost is this countdown.
+// The same decision for reallocs, countdown included.
 inline bool chosen(ThreadState& t, uint64_t size) {
-  int64_t left = (int64_t)((uint64_t)t.sample_left - size);
-  t.sample_left = left;
-  if (__builtin_expect(left > g_sample_base, 1)) return false;
+  if (g_sample_rate) {
+    t.sample_left = (int64_t)((uint64_t)t.sample_left - size);
+    if (__builtin_expect(t.sample_left > 0, 1)) return false;
+  }
   return chosen_slow(t, size);
 }
 
@@ -672,14 +669,14 @@ void check_consumer() {
   ThreadState& t = t_state;                                            \
   if (__builtin_expect(!active() || t.in_hook, 0)) return REAL(sym) args;
 
-// Allocation hooks come in two parts. The entry counts the thread's sampling countdown down and,
-// while it stays above g_sample_base (sampling mode, not yet due), tail-calls the real function:
-// a few instructions, no frame of its own. Otherwise the recording part, entered by a tail call
-// so that its frame sits directly below the caller's (the backtrace starts there), decides:
-// memhook inactive, a nested call, filtered out or not sampled go to the real function;
-// everything else is recorded.
+// Allocation hooks. memhook_hook_* records (or, when memhook is inactive, the call nested,
+// filtered out or not sampled, passes straight to the real function); its frame sits directly
+// below the caller's, and the backtrace starts there. Sampling sessions point slots at
+// memhook_sample_* instead: it counts the thread's countdown down and tail-calls the real
+// function while no sample is due (a few instructions, no frame of its own), else tail-calls
+// memhook_hook_*.
 #define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
-  __attribute__((noinline)) static ret record_##sym params {            \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
     ThreadState& t = t_state;                                          \
     const uint64_t size = (size_expr);                                 \
     const int m = mode();                                              \
@@ -695,16 +692,16 @@ void check_consumer() {
     return result;                                                     \
   }                                                                    \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
-  memhook_hook_##sym params {                                          \
+  memhook_sample_##sym params {                                        \
     ThreadState& t = t_state;                                          \
     int64_t left = (int64_t)((uint64_t)t.sample_left - (size_expr));   \
     t.sample_left = left;                                              \
-    if (__builtin_expect(left > g_sample_base, 1)) {                   \
+    if (__builtin_expect(left > 0, 1)) {                               \
       if (!kNests[ID_##sym]) return REAL(sym) args;                    \
       Guard guard(t); /* its inner malloc is this call, not another */ \
       return REAL(sym) args;                                           \
     }                                                                  \
-    return record_##sym args;                                          \
+    return memhook_hook_##sym args;                                    \
   }
 
 // In sampling mode only frees of sampled blocks are recorded; the table knows which.
@@ -811,7 +808,7 @@ static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(re
     PASS_THROUGH(sym, args)                                            \
     uint64_t size = (size_expr);                                       \
     bool track_old = p && (!g_sample_rate || table_live((uint64_t)p)); \
-    bool track_new = chosen(t, size);                                  \
+    bool track_new = !g_selective || chosen(t, size);                  \
     if (!track_old && !track_new) return REAL(sym) args;               \
     t.in_hook = 1;                                                     \
     void* result = record_realloc(t, ID_##sym, p, size, track_old, track_new, \
@@ -872,12 +869,16 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_sample_rate = c->sample_rate;
   g_size_filter = c->min_size || c->max_size != UINT64_MAX;
   g_selective = c->sample_rate || g_size_filter;
-  g_sample_base = c->sample_rate ? int64_t((g_generation + 1) & 0x7fff) << 48 : INT64_MAX;
   g_min_size = c->min_size;
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)
     if (c->real[id]) g_real[id] = (void*)c->real[id];
-#define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = (void*)&memhook_hook_##sym;
+  // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
+#define ENTRY_A(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
+#define ENTRY_F(sym) (void*)&memhook_hook_##sym
+#define ENTRY_R(sym) (void*)&memhook_hook_##sym
+#define ENTRY_L(sym) (void*)&memhook_hook_##sym
+#define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);
 #include "hooks.def"
 #undef HOOK
   uintptr_t hi = (uintptr_t)__libc_stack_end;

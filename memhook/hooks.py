@@ -22,3 +22,11 @@ BY_SYMBOL = {h.symbol: h for h in HOOKS}
 def operation_names(mask: int) -> list[str]:
     """The operations set in a consumer op mask (bit n = hook id n)."""
     return [BY_ID[i].name for i in sorted(BY_ID) if mask >> i & 1]
+
+
+def entry_symbol(symbol: str, sample_rate: int) -> str:
+    """The hook library's function a slot of `symbol` is pointed at. Sampling sessions enter
+    allocation functions through a countdown that skips the recording part when no sample is
+    due (hook.cpp)."""
+    sampled = sample_rate and BY_SYMBOL[symbol].kind == "A"
+    return ("memhook_sample_" if sampled else "memhook_hook_") + symbol

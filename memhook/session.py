@@ -120,7 +120,8 @@ class Session:
             "library": copy.target_path if copy else "", "segment": self.segment.target_path,
             "dlopen": layout.dlopen, "dlopen_mode": RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
             "dlerror": layout.dlerror, "symbols": symbols,
-            "slots": [[s.addr, symbols["memhook_hook_" + s.symbol], layout.real.get(s.hook_id, 0),
+            "slots": [[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate)],
+                       layout.real.get(s.hook_id, 0),
                        plt[s.module], s.hook_id, s.readonly] for s in layout.slots],
             "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
             _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,

@@ -1,6 +1,7 @@
 /* The thesis' allocation-latency test: N mallocs of one size, timed in batches of 1000 (the
  * batch is freed untimed, so memory stays bounded), median of rounds. Commands on stdin:
- * "run SIZE COUNT ROUNDS" prints "ns PER_CALL"; "exit". */
+ * "run SIZE COUNT ROUNDS [DEPTH]" prints "ns PER_CALL", the mallocs made DEPTH frames below
+ * main (default 0: directly from the timing loop); "exit". */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,22 +31,34 @@ __attribute__((noinline)) static uint64_t timed_batch(size_t size) {
   return t;
 }
 
+static double measure(size_t size, size_t count, size_t rounds) {
+  double per[64];
+  if (rounds > 64) rounds = 64;
+  for (size_t r = 0; r < rounds; r++) {
+    uint64_t total = 0;
+    for (size_t done = 0; done < count; done += BATCH) total += timed_batch(size);
+    per[r] = (double)total / (double)count;
+  }
+  qsort(per, rounds, sizeof *per, cmp);
+  return per[rounds / 2];
+}
+
+/* DEPTH real frames (frame pointers, no tail calls) between main and the timing loop. */
+__attribute__((noinline)) static double deep(int depth, size_t size, size_t count, size_t rounds) {
+  double v = depth ? deep(depth - 1, size, count, rounds) : measure(size, count, rounds);
+  __asm__ volatile("" ::: "memory");
+  return v;
+}
+
 int main(void) {
   char line[128];
   printf("ready %d\n", getpid());
   fflush(stdout);
   while (fgets(line, sizeof line, stdin)) {
     size_t size, count, rounds;
-    if (sscanf(line, "run %zu %zu %zu", &size, &count, &rounds) == 3) {
-      double per[64];
-      if (rounds > 64) rounds = 64;
-      for (size_t r = 0; r < rounds; r++) {
-        uint64_t total = 0;
-        for (size_t done = 0; done < count; done += BATCH) total += timed_batch(size);
-        per[r] = (double)total / (double)count;
-      }
-      qsort(per, rounds, sizeof *per, cmp);
-      printf("ns %.2f\n", per[rounds / 2]);
+    int depth = 0;
+    if (sscanf(line, "run %zu %zu %zu %d", &size, &count, &rounds, &depth) >= 3) {
+      printf("ns %.2f\n", deep(depth, size, count, rounds));
     } else if (!strncmp(line, "exit", 4)) {
       break;
     }
