@@ -8,14 +8,11 @@ throughput: events applied per second of its busy time (draining, ordering, aggr
     sudo .venv/bin/python benchmarks/consumer.py [--seconds 2] [-- memhook args]
 """
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 from driver import Target, build
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from memhook.session import Options, Session  # noqa: E402
+from memhook.session import Options, Session
 
 
 def main():

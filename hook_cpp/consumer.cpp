@@ -514,8 +514,10 @@ class Consumer {
   // A block allocated while the map still holds it live from another thread: its free must be
   // published in a ring not yet applied (a free is published before the real call, an allocation
   // after it). Backs up a dependency the address table lost to a colliding pointer.
-  bool free_pending(uint8_t kind, const uint64_t* at, const RingState& rs, uint32_t index) {
-    if (kind == kFree || (kind == kRealloc && at[4] == at[1])) return false;
+  bool free_pending(uint8_t kind, uint64_t dep, const uint64_t* at, const RingState& rs,
+                    uint32_t index) {
+    // With a dependency the table did its job; only a lost one (or a fresh address) needs this.
+    if (dep || kind == kFree || (kind == kRealloc && at[4] == at[1])) return false;
     const LiveMap::Slot* b = live_.find(at[1]);
     if (!b || b->tid == rs.tid) return false;
     for (uint32_t j = 0; j < ctl_->nrings; j++)
@@ -568,7 +570,7 @@ class Consumer {
       const uint64_t dep_old = kind == kRealloc ? at[5] : 0;
       if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
           !(satisfied(aux, index) && satisfied(dep_old, index) &&
-            !free_pending(kind, at, rs, index)) &&
+            !free_pending(kind, aux, at, rs, index)) &&
           wait_at(rs, rd)) {
         rs.blocked = *any_blocked = true;
         break;
@@ -613,6 +615,18 @@ class Consumer {
 
   uint32_t intern(const uint64_t* f, uint32_t n) {
     uint64_t h = hash_frames(f, n);
+    // Most events repeat a recent stack: a direct-mapped cache in front of the map.
+    auto& hot = recent_[h & (kRecent - 1)];
+    if (hot.first == h) {
+      const auto& s = stacks_[hot.second];
+      if (s.second == n && std::equal(f, f + n, frames_.begin() + s.first)) return hot.second;
+    }
+    uint32_t found = find_stack(h, f, n);
+    hot = {h, found};
+    return found;
+  }
+
+  uint32_t find_stack(uint64_t h, const uint64_t* f, uint32_t n) {
     auto it = by_hash_.find(h);
     uint32_t id = it == by_hash_.end() ? 0 : it->second;
     for (; id; id = stack_next_[id]) {
@@ -758,6 +772,9 @@ class Consumer {
   std::vector<uint64_t> stack_offsets_;
   std::vector<uint64_t> frames_;
   std::unordered_map<uint64_t, uint32_t> by_hash_;
+  static constexpr size_t kRecent = 4096;
+  std::vector<std::pair<uint64_t, uint32_t>> recent_ =
+      std::vector<std::pair<uint64_t, uint32_t>>(kRecent, {0, 0});
   std::vector<Site> sites_;
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, applied_ = 0, busy_ns_ = 0, parsed_ = 0;
