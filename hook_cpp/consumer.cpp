@@ -496,6 +496,13 @@ class Consumer {
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
   };
 
+  // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
+  // stack itself; 0 stays unknown.
+  static uint64_t pseudo_frame(uint64_t word) {
+    uint64_t depth = word >> kPtrBits;
+    return depth ? (uint64_t(1) << 40) - (depth << 4) : 0;
+  }
+
   // Has the event named by `dep` been applied? It has unless it starts between its ring's read
   // cursor and the end of what that ring published (or is about to: an event is entered in the
   // address table before it is published, perhaps after a padding record). A ring's own
@@ -517,8 +524,9 @@ class Consumer {
   bool free_pending(uint8_t kind, uint64_t dep, const uint64_t* at, const RingState& rs,
                     uint32_t index) {
     // With a dependency the table did its job; only a lost one (or a fresh address) needs this.
-    if (dep || kind == kFree || (kind == kRealloc && at[4] == at[1])) return false;
-    const LiveMap::Slot* b = live_.find(at[1]);
+    if (dep || kind == kFree || (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0))
+      return false;
+    const LiveMap::Slot* b = live_.find(at[1] & kPtrMask);
     if (!b || b->tid == rs.tid) return false;
     for (uint32_t j = 0; j < ctl_->nrings; j++)
       if (j != index && rings_[j].read < __atomic_load_n(&ring(j)->write, __ATOMIC_ACQUIRE))
@@ -561,13 +569,13 @@ class Consumer {
         rd += cap - pos;
         continue;
       }
-      size_t words = kind == kAlloc ? 4 + nf : kind == kRealloc ? 6 + nf : kind == kFree ? 3
-                   : kind == kTime ? 2 : 1;
+      size_t words = kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
+                   : kind == kFree || kind == kTime ? 2 : 1;
       if (kind > kThread || pos + 8 * words > cap || rd + 8 * words > w) {
         rd = w;  // malformed: skip what is there
         break;
       }
-      const uint64_t dep_old = kind == kRealloc ? at[5] : 0;
+      const uint64_t dep_old = kind == kRealloc ? at[4] : 0;
       if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
           !(satisfied(aux, index) && satisfied(dep_old, index) &&
             !free_pending(kind, aux, at, rs, index)) &&
@@ -588,13 +596,14 @@ class Consumer {
       n++;
       uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
       last_ts_ = ts;
+      const uint64_t ptr = at[1] & kPtrMask, frame = pseudo_frame(at[1]);
       if (kind == kFree) {
-        apply({ts, at[1], 0, at[2], 0, 0, rs.tid, op, 1});
+        apply({ts, ptr, 0, frame, 0, 0, rs.tid, op, 1});
       } else if (kind == kAlloc || kind == kRealloc) {
         // The allocating call's frame bounds the hook's from above: frames below it returned.
-        const uint64_t caller = at[3], below = caller ? caller - 1 : 0;
-        if (kind == kRealloc) apply({ts, at[4], 0, below, 0, 0, rs.tid, op, 1});
-        apply({ts, at[1], at[2], below, caller, intern(at + (kind == kAlloc ? 4 : 6), nf), rs.tid,
+        const uint64_t below = frame ? frame - 1 : 0;
+        if (kind == kRealloc) apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1});
+        apply({ts, ptr, at[2], below, frame, intern(at + (kind == kAlloc ? 3 : 5), nf), rs.tid,
                op, 0});
       }
       rs.read = rd;  // satisfied() looks here

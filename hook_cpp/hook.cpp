@@ -364,6 +364,14 @@ inline bool table_live(uint64_t p) {
   return (e >> kTagShift) == ti.tag && (e & kLive);
 }
 
+// A pointer word: the pointer, and in its top bits how far `frame` lies below the top of this
+// thread's stack (in 16-byte units; 0: unknown), which is all the consumer compares frames by.
+inline uint64_t with_depth(ThreadState& t, uint64_t ptr, uint64_t frame) {
+  uint64_t depth = (t.stack_hi - frame) >> 4;
+  bool known = frame && frame < t.stack_hi && depth < (uint64_t(1) << (64 - kPtrBits));
+  return (ptr & kPtrMask) | (known ? depth << kPtrBits : 0);
+}
+
 // Frame-pointer walk. Every frame pointer must lie on this thread's stack, above the previous
 // one and aligned, so code built without frame pointers ends the walk instead of faulting.
 // *caller: the first frame above the hook's (the allocating function's frame base), or 0.
@@ -411,18 +419,17 @@ __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, 
                                                         uint64_t size, void** fp) {
   if (!event_ring(t)) return;
   uint64_t w = t.write;
-  if (__builtin_expect(w + 8 * (4 + g_depth) > t.fast_until, 0)) {
-    w = reserve_slow(t, 8 * (4 + g_depth));
+  if (__builtin_expect(w + 8 * (3 + g_depth) > t.fast_until, 0)) {
+    w = reserve_slow(t, 8 * (3 + g_depth));
     if (w == UINT64_MAX) return drop(t.ring);
   }
   uint64_t* at = slot_at(t, w);
   uint64_t caller;
-  uint32_t n = backtrace(t, fp, at + 4, &caller);
+  uint32_t n = backtrace(t, fp, at + 3, &caller);
   at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
-  at[1] = (uint64_t)p;
+  at[1] = with_depth(t, (uint64_t)p, caller);
   at[2] = size;
-  at[3] = caller;
-  publish(t, w + 8 * (4 + n));
+  publish(t, w + 8 * (3 + n));
 }
 
 // A free, recorded (and published) before the real call: once it returns, another thread may
@@ -431,15 +438,14 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
                                                        void** fp) {
   if (!event_ring(t)) return;
   uint64_t w = t.write;
-  if (__builtin_expect(w + 24 > t.fast_until, 0)) {
-    w = reserve_slow(t, 24);
+  if (__builtin_expect(w + 16 > t.fast_until, 0)) {
+    w = reserve_slow(t, 16);
     if (w == UINT64_MAX) return drop(t.ring);
   }
   uint64_t* at = slot_at(t, w);
   at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
-  at[1] = (uint64_t)p;
-  at[2] = (uint64_t)fp;
-  publish(t, w + 24);
+  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+  publish(t, w + 16);
 }
 
 inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }
@@ -704,7 +710,8 @@ void check_consumer() {
     return memhook_hook_##sym args;                                    \
   }
 
-// In sampling mode only frees of sampled blocks are recorded; the table knows which.
+// In sampling mode only frees of sampled blocks are recorded; the table knows which, and the
+// sampling entry (memhook_sample_*) passes every other free straight to the real function.
 #define HOOK_F(sym, ret, params, args)                                 \
   extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
     if (!p) return REAL(sym) args;                                     \
@@ -714,6 +721,11 @@ void check_consumer() {
       record_free(t, ID_##sym, p, (void**)__builtin_frame_address(0)); \
     REAL(sym) args;                                                    \
     t.in_hook = 0;                                                     \
+  }                                                                    \
+  extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
+  memhook_sample_##sym params {                                        \
+    if (!p || !table_live((uint64_t)p)) return REAL(sym) args;         \
+    return memhook_hook_##sym args;                                    \
   }
 
 HOOK_A(malloc, void*, (size_t n), (n), n, result)
@@ -760,7 +772,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   if (!event_ring(t)) return call(old, a1, a2);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
-  uint64_t w = reserve(t, 8 * (6 + g_depth));
+  uint64_t w = reserve(t, 8 * (5 + g_depth));
   if (w == UINT64_MAX) {
     drop(r);
     void* p = call(old, a1, a2);
@@ -775,23 +787,21 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive, w);
   size_t words = 1;
   if (p && track_new) {
-    size_t head = old_freed ? 6 : 4;
+    size_t head = old_freed ? 5 : 3;
     uint64_t caller;
     uint32_t n = backtrace(t, fp, at + head, &caller);
     at[0] = header(old_freed ? kRealloc : kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
-    at[1] = (uint64_t)p;
+    at[1] = with_depth(t, (uint64_t)p, caller);
     at[2] = size;
-    at[3] = caller;
     if (old_freed) {
-      at[4] = (uint64_t)old;
-      at[5] = dep_old;
+      at[3] = (uint64_t)old;
+      at[4] = dep_old;
     }
     words = head + n;
   } else if (old_freed) {
     at[0] = header(kFree, op, 0, dep_old);
-    at[1] = (uint64_t)old;
-    at[2] = (uint64_t)fp;
-    words = 3;
+    at[1] = with_depth(t, (uint64_t)old, (uint64_t)fp);
+    words = 2;
   } else {
     at[0] = header(kNop, op, 0, 0);
   }
@@ -875,7 +885,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     if (c->real[id]) g_real[id] = (void*)c->real[id];
   // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
 #define ENTRY_A(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
-#define ENTRY_F(sym) (void*)&memhook_hook_##sym
+#define ENTRY_F(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
 #define ENTRY_R(sym) (void*)&memhook_hook_##sym
 #define ENTRY_L(sym) (void*)&memhook_hook_##sym
 #define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);

@@ -98,16 +98,16 @@ struct alignas(64) RingHeader {
 
 // Records are sequences of 8-byte words, the first a header:
 //   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
-// kAlloc   hdr(aux=dep) ptr size caller_frame frames...
-// kRealloc hdr(aux=dep of ptr) ptr size caller_frame old dep_of_old frames...
-// kFree    hdr(aux=dep) ptr hook_frame
+// kAlloc   hdr(aux=dep) ptr+depth size frames...          (depth of the allocating function)
+// kRealloc hdr(aux=dep of ptr) ptr+depth size old dep_of_old frames...
+// kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
 // kNop     hdr          (a realloc that failed)
 // kTime    hdr ts       (clock reading; events after it happened no earlier)
 // kThread  hdr(aux=tid) (the ring's writer from here on)
 // kPadding hdr          (skip to the ring's start)
-// caller_frame: frame base of the function that called the allocator (0: unknown); hook_frame:
-// the free hook's own frame. Together they tell whether a block was freed by the call that
-// allocated it.
+// ptr+depth: the pointer in the low kPtrBits bits; above them, how far the frame lies below the
+// top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
+// block was freed while the call that allocated it was still active.
 //
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
@@ -116,6 +116,8 @@ enum EventKind : uint8_t {
   kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
 };
 constexpr int kDepShift = 24;  // where the aux field starts in a header
+constexpr int kPtrBits = 47;   // user-space pointers
+constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
 
 constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
   return uint64_t(kind) | uint64_t(op) << 8 | nframes << 16 | aux << kDepShift;

@@ -26,7 +26,7 @@ def operation_names(mask: int) -> list[str]:
 
 def entry_symbol(symbol: str, sample_rate: int) -> str:
     """The hook library's function a slot of `symbol` is pointed at. Sampling sessions enter
-    allocation functions through a countdown that skips the recording part when no sample is
-    due (hook.cpp)."""
-    sampled = sample_rate and BY_SYMBOL[symbol].kind == "A"
+    allocation functions through a countdown, and frees through a look at the address table,
+    that skip the recording part when there is nothing to record (hook.cpp)."""
+    sampled = sample_rate and BY_SYMBOL[symbol].kind in "AF"
     return ("memhook_sample_" if sampled else "memhook_hook_") + symbol

@@ -14,6 +14,8 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
+# For benchmarks/real_program.py: a real program under its own workload.
+command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   as_root apt-get update -qq
