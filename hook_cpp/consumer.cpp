@@ -260,6 +260,7 @@ class Consumer {
   }
 
   size_t drain_locked(bool final) {
+    final_ = final;
     ns_per_tick_ = ticks_to_ns();
     const uint64_t drain_ts = read_clock(ctl_->clock);
     size_t total = 0, passes = 0;
@@ -489,6 +490,7 @@ class Consumer {
 
   struct RingState {
     uint64_t read = 0;     // cursor past the last event applied
+    uint64_t seen_write = 0;  // the writer's cursor at the previous look
     uint64_t ts = 0;       // its latest clock record
     uint32_t tid = 0;      // its writer (kThread records)
     bool blocked = false;  // its next event waits for another ring
@@ -555,10 +557,14 @@ class Consumer {
     const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
     uint64_t rd = r->read;
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
+    // While the writer is moving, leave the cache line it is filling alone: reading it would
+    // take the line away from the writer's core in the middle of its records.
+    const uint64_t limit = (w == rs.seen_write || final_) ? w : w & ~uint64_t(63);
+    rs.seen_write = w;
     size_t n = 0;
     rs.blocked = false;
     rs.read = rd;
-    while (rd < w) {
+    while (rd < limit) {
       const uint64_t pos = rd & (cap - 1);
       const uint64_t* at = (const uint64_t*)(data + pos);
       const uint64_t hdr = at[0];
@@ -575,6 +581,7 @@ class Consumer {
         rd = w;  // malformed: skip what is there
         break;
       }
+      if (rd + 8 * words > limit) break;  // ends in the line being written: next time
       const uint64_t dep_old = kind == kRealloc ? at[4] : 0;
       if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
           !(satisfied(aux, index) && satisfied(dep_old, index) &&
@@ -776,6 +783,7 @@ class Consumer {
   uint64_t last_ts_ = 0, prev_drain_ts_ = 0;
   static constexpr uint64_t kStuckNs = 2000000000;
   double sample_rate_ = 0;  // bytes; 0: every call traced
+  bool final_ = false;      // this drain is the last: take everything
   std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
   std::vector<uint32_t> stack_next_;                // next stack id with the same hash
   std::vector<uint64_t> stack_offsets_;

@@ -96,13 +96,16 @@ void check_consumer();
 // Sets the recursion guard for a hook's duration, also when operator new throws through it.
 // Nested calls (operator new's malloc) leave the sampling countdown as it was: their bytes are
 // this call's.
+// Restores what it found: a guard inside a guard (operator new[] calls operator new through
+// libstdc++'s hooked slot) must leave the outer one set.
 struct Guard {
   ThreadState& t;
   int64_t left;
-  explicit Guard(ThreadState& s) : t(s), left(s.sample_left) { t.in_hook = 1; }
+  uint32_t was;
+  explicit Guard(ThreadState& s) : t(s), left(s.sample_left), was(s.in_hook) { t.in_hook = 1; }
   ~Guard() {
     t.sample_left = left;
-    t.in_hook = 0;
+    t.in_hook = was;
   }
 };
 
@@ -248,7 +251,11 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
   t.ring = nullptr;
   t.generation = 0;
   t.tid = (uint32_t)syscall(SYS_gettid);
+  // pthread_getattr_np holds the thread's own lock around its reallocs: they must pass through.
+  uint32_t was = t.in_hook;
+  t.in_hook = 1;
   thread_stack_bounds(t);
+  t.in_hook = was;
   RingHeader* got = nullptr;
   uint32_t no = 0;
   for (uint32_t i = 0; i < g_nrings && !got; i++) {
