@@ -207,3 +207,20 @@ def test_thread_stuck_inside_a_hook_does_not_stall_the_consumer(tmp_path, target
     finally:
         session.detach("test")
     assert target.finish() == 0
+
+
+def test_operator_new_array_as_a_threads_first_event(tmp_path, targets):
+    """new[] calls new through libstdc++'s hooked slot while the thread claims its ring (whose
+    stack query holds the thread's own lock around reallocs): once that nesting cleared the
+    guard and the thread deadlocked. Fresh threads, every session."""
+    target = targets(build(tmp_path, "first_event.cpp"))
+    for _ in range(3):
+        mh = Memhook(target.pid, tmp_path)
+        target.command("go")  # a deadlock times this out
+        report = mh.stop()
+        sites = sorted((s for s in report["sites"]
+                        if s["frames"][0]["function"].startswith("first_new_array")),
+                       key=lambda s: s["alloc_count"])
+        assert [(s["alloc_count"], s["outstanding_bytes"]) for s in sites] == [(8, 800), (8000, 0)]
+        assert all(s["operations"] == ["operator new[]"] for s in sites)
+    assert target.finish() == 0
