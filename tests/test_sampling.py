@@ -54,3 +54,19 @@ def test_sampling_is_unbiased_over_repeated_runs(tmp_path, targets):
     assert abs(mean - truth) <= 4 * sigma(48, COUNTS["site_small"]) / math.sqrt(runs), estimates
     assert len(set(estimates)) > 1  # independent draws, not one replayed sequence
     assert target.finish() == 0
+
+
+def test_realloc_in_sampling_mode(tmp_path, targets):
+    """realloc frees a block (recorded only if it was sampled) and allocates one (sampled by its
+    new size): the small blocks all leave, exactly; the grown ones are estimated."""
+    target = targets(build(tmp_path, "sampling.c"))
+    mh = Memhook(target.pid, tmp_path, "--sample-rate", str(RATE))
+    target.command("grow")
+    report = mh.stop()
+    grown = site(report, "grow_site")
+    assert grown["operations"] == ["realloc"]
+    assert abs(grown["outstanding_bytes"] - 4000 * 20000) <= 4 * sigma(20000, 4000)
+    assert abs(grown["alloc_bytes"] - 8000 * 20000) <= 4 * sigma(20000, 8000)
+    small = [s for s in report["sites"] if s["frames"][0]["function"].startswith("grow_source")]
+    assert all(s["outstanding_bytes"] == 0 for s in small)  # every sampled one was freed
+    assert target.finish() == 0

@@ -1,6 +1,7 @@
 /* A known workload for sampling mode: four call sites, each allocating COUNT[i] blocks of
  * SIZE[i] bytes and freeing every other one, in one interleaved stream (so every site sees the
- * same sampling process). "go" runs it, "release" frees what it kept. */
+ * same sampling process). "go" runs it, "grow" reallocs 8,000 small blocks to 20,000 bytes,
+ * "release" frees what they kept. */
 #include "harness.h"
 
 static const size_t SIZE[4] = {48, 1000, 20000, 300000};
@@ -10,6 +11,8 @@ NOINLINE static void* site_small(void) { return malloc(SIZE[0]); }
 NOINLINE static void* site_medium(void) { return malloc(SIZE[1]); }
 NOINLINE static void* site_large(void) { return malloc(SIZE[2]); }
 NOINLINE static void* site_huge(void) { return malloc(SIZE[3]); }
+NOINLINE static void* grow_source(void) { return malloc(48); }
+NOINLINE static void* grow_site(void* p) { return realloc(p, 20000); }
 
 int main(void) {
   void* (*site[4])(void) = {site_small, site_medium, site_large, site_huge};
@@ -33,6 +36,14 @@ int main(void) {
           }
         }
         if (!any) break;
+      }
+    } else if (!strcmp(cmd, "grow")) {
+      /* 8,000 blocks of 48 bytes, each grown to 20,000 by realloc; every other one freed. */
+      for (int i = 0; i < 8000; i++) {
+        char* p = grow_site(grow_source());
+        p[0] = 1;
+        if (i % 2) free(p);
+        else keep[kept++] = p;
       }
     } else if (!strcmp(cmd, "release")) {
       while (kept) free(keep[--kept]);
