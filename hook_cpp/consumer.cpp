@@ -260,14 +260,13 @@ class Consumer {
   }
 
   size_t drain_locked(bool final) {
-    final_ = final;
     ns_per_tick_ = ticks_to_ns();
     const uint64_t drain_ts = read_clock(ctl_->clock);
     size_t total = 0, passes = 0;
     for (;;) {
       size_t n = 0;
       bool blocked = false;
-      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, &blocked);
+      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, &blocked);
       total += n;
       if (n && blocked && ++passes < 64) continue;  // what was applied may unblock a ring
       if (n) break;
@@ -548,8 +547,9 @@ class Consumer {
     return false;
   }
 
-  // Apply ring `index` in order until it is empty or waits. Returns events applied.
-  size_t apply_ring(uint32_t index, bool* any_blocked) {
+  // Apply ring `index` in order until it is empty or waits (the final drain takes everything
+  // published). Returns events applied.
+  size_t apply_ring(uint32_t index, bool final, bool* any_blocked) {
     RingHeader* r = ring(index);
     RingState& rs = rings_[index];
     const uint64_t cap = ctl_->ring_bytes;
@@ -559,7 +559,7 @@ class Consumer {
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
     // While the writer is moving, leave the cache line it is filling alone: reading it would
     // take the line away from the writer's core in the middle of its records.
-    const uint64_t limit = (w == rs.seen_write || final_) ? w : w & ~uint64_t(63);
+    const uint64_t limit = (w == rs.seen_write || final) ? w : w & ~uint64_t(63);
     rs.seen_write = w;
     size_t n = 0;
     rs.blocked = false;
@@ -783,7 +783,6 @@ class Consumer {
   uint64_t last_ts_ = 0, prev_drain_ts_ = 0;
   static constexpr uint64_t kStuckNs = 2000000000;
   double sample_rate_ = 0;  // bytes; 0: every call traced
-  bool final_ = false;      // this drain is the last: take everything
   std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
   std::vector<uint32_t> stack_next_;                // next stack id with the same hash
   std::vector<uint64_t> stack_offsets_;

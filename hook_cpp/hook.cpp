@@ -209,11 +209,12 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   return w;
 }
 
-// The cursor where `bytes` contiguous bytes may be written, or UINT64_MAX: drop the event.
-inline uint64_t reserve(ThreadState& t, size_t bytes) {
-  uint64_t w = t.write;
-  if (__builtin_expect(w + bytes <= t.fast_until, 1)) return w;
-  return reserve_slow(t, bytes);
+// Where `bytes` contiguous bytes may be written (*w); false: the ring is full, drop the event.
+inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w) {
+  *w = t.write;
+  if (__builtin_expect(*w + bytes <= t.fast_until, 1)) return true;
+  *w = reserve_slow(t, bytes);
+  return *w != UINT64_MAX;
 }
 
 inline uint64_t* slot_at(ThreadState& t, uint64_t w) {
@@ -227,8 +228,8 @@ inline void publish(ThreadState& t, uint64_t end) {
 
 // A record that is not an event (time, thread): published on its own.
 void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
-  uint64_t w = reserve(t, 8 * words);
-  if (w == UINT64_MAX) return;
+  uint64_t w;
+  if (!reserve(t, 8 * words, &w)) return;
   uint64_t* at = slot_at(t, w);
   at[0] = head;
   if (words > 1) at[1] = value;
@@ -424,12 +425,9 @@ inline bool event_ring(ThreadState& t) {
 // An allocation that returned `p`, recorded after the real call.
 __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
                                                         uint64_t size, void** fp) {
+  uint64_t w;
   if (!event_ring(t)) return;
-  uint64_t w = t.write;
-  if (__builtin_expect(w + 8 * (3 + g_depth) > t.fast_until, 0)) {
-    w = reserve_slow(t, 8 * (3 + g_depth));
-    if (w == UINT64_MAX) return drop(t.ring);
-  }
+  if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
   uint64_t* at = slot_at(t, w);
   uint64_t caller;
   uint32_t n = backtrace(t, fp, at + 3, &caller);
@@ -443,12 +441,9 @@ __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, 
 // get the block back, and that thread's event will depend on this one.
 __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
                                                        void** fp) {
+  uint64_t w;
   if (!event_ring(t)) return;
-  uint64_t w = t.write;
-  if (__builtin_expect(w + 16 > t.fast_until, 0)) {
-    w = reserve_slow(t, 16);
-    if (w == UINT64_MAX) return drop(t.ring);
-  }
+  if (!reserve(t, 16, &w)) return drop(t.ring);
   uint64_t* at = slot_at(t, w);
   at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
   at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
@@ -779,8 +774,8 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   if (!event_ring(t)) return call(old, a1, a2);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
-  uint64_t w = reserve(t, 8 * (5 + g_depth));
-  if (w == UINT64_MAX) {
+  uint64_t w;
+  if (!reserve(t, 8 * (5 + g_depth), &w)) {
     drop(r);
     void* p = call(old, a1, a2);
     end_busy(r);

@@ -90,8 +90,7 @@ struct alignas(64) RingHeader {
   uint64_t write;    // total bytes published (monotonic)
   uint64_t busy;     // nonzero while a hook holding this ring is running (detach waits for it)
   uint64_t dropped;  // events dropped because the ring was full
-  uint64_t events;   // counted events published (alloc, free, realloc, nop): dependency numbers
-  uint8_t pad1[24];
+  uint8_t pad1[32];
   alignas(64) uint64_t read;  // total bytes consumed (monotonic)
   uint8_t pad2[56];
 };
