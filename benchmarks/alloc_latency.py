@@ -15,7 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from driver import Session, Target, build
+from driver import Target, alternate, build, print_dropped
 
 SIZES = [16 << i for i in range(13)]  # 16 B .. 64 KiB
 
@@ -33,17 +33,9 @@ def main():
     a = ap.parse_args()
     t = Target(build("alloc_latency", Path(tempfile.mkdtemp())))
     sizes = a.sizes
-    bare = {s: [] for s in sizes}
-    hooked = {s: [] for s in sizes}
-    dropped = 0
-    for _ in range(a.cycles):
-        for s in sizes:
-            bare[s].append(t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
-        mh = Session(t.pid, *a.memhook_args)
-        for s in sizes:
-            hooked[s].append(t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
-        mh.stop()
-        dropped += mh.dropped
+    bare, hooked, dropped, _ = alternate(
+        t.pid, a.cycles, a.memhook_args, sizes,
+        lambda s: t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
     assert t.close() == 0
     # Medians over cycles, and the best cycle of each (this VM's neighbours come and go: the
     # best figures show the cost undisturbed).
@@ -55,7 +47,7 @@ def main():
         print(f"{s:>8} {b:>9.1f} {h:>11.1f} {h / b:>6.2f}x {bb:>10.1f} {bh:>13.1f} {bh / bb:>6.2f}x" +
               (f"   bare {bare[s]} memhook {hooked[s]}" if a.verbose else ""))
     events = 2 * a.cycles * len(sizes) * a.count * a.rounds  # mallocs and frees while attached
-    print(f"dropped events (all cycles): {dropped} of {events} ({100 * dropped / events:.1f} %)")
+    print_dropped(dropped, events)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,28 @@ def build(name: str, tmp: Path, *flags: str) -> str:
     return str(exe)
 
 
+def alternate(pid: int, cycles: int, memhook_args, keys, measure):
+    """Measure every key unprofiled, then with memhook attached, `cycles` times in turn, in the
+    same process. Returns per-key lists (bare, attached), the events memhook dropped, and each
+    session's output."""
+    bare = {k: [] for k in keys}
+    hooked = {k: [] for k in keys}
+    dropped, outputs = 0, []
+    for _ in range(cycles):
+        for k in keys:
+            bare[k].append(measure(k))
+        mh = Session(pid, *memhook_args)
+        for k in keys:
+            hooked[k].append(measure(k))
+        outputs.append(mh.stop())
+        dropped += mh.dropped
+    return bare, hooked, dropped, outputs
+
+
+def print_dropped(dropped: int, events: int) -> None:
+    print(f"dropped events (all cycles): {dropped} of {events} ({100 * dropped / events:.1f} %)")
+
+
 class Target:
     """A target that prints "ready", then answers each command line and ends with "done"."""
 

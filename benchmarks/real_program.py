@@ -9,13 +9,14 @@ unprofiled (medians).
     sudo .venv/bin/python benchmarks/real_program.py [--cycles 5] [-- memhook args]
 """
 import argparse
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-from driver import Session
+from driver import alternate
 
 WORKLOAD = """
 CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, k TEXT, v BLOB, n INT);
@@ -66,17 +67,14 @@ def main():
         sys.exit("sqlite3 is not installed (apt-get install sqlite3)")
     db = Sqlite(exe)
     db.run()  # warm up: the heap reaches its working size
-    bare, hooked, events, dropped = [], [], 0, 0
-    for _ in range(a.cycles):
-        bare.append(a.runs / sum(db.run() for _ in range(a.runs)))
-        mh = Session(db.p.pid, *a.memhook_args)
-        hooked.append(a.runs / sum(db.run() for _ in range(a.runs)))
-        out = mh.stop()
-        dropped += mh.dropped
-        events += sum(int(x) for x in __import__("re").findall(r'"(?:alloc|free)_count": (\d+)',
-                                                                 out.split('"sites"')[0]))
+    bare, hooked, dropped, outputs = alternate(
+        db.p.pid, a.cycles, a.memhook_args, ["sqlite3"],
+        lambda _: a.runs / sum(db.run() for _ in range(a.runs)))
+    # The final report's totals come before its sites.
+    events = sum(int(x) for out in outputs
+                 for x in re.findall(r'"(?:alloc|free)_count": (\d+)', out.split('"sites"')[0]))
     assert db.close() == 0
-    b, h = statistics.median(bare), statistics.median(hooked)
+    b, h = statistics.median(bare["sqlite3"]), statistics.median(hooked["sqlite3"])
     print(f"sqlite3 workload: unprofiled {b:.2f}/s, memhook {h:.2f}/s, ratio {h / b:.2f}")
     print(f"events traced (all cycles): {events}, dropped: {dropped}")
 

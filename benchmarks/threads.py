@@ -13,7 +13,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from driver import Session, Target, build
+from driver import Target, alternate, build, print_dropped
 
 THREADS = [1, 2, 4, 8]
 
@@ -25,24 +25,15 @@ def main():
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
     t = Target(build("threads", Path(tempfile.mkdtemp())))
-    bare = {n: [] for n in THREADS}
-    hooked = {n: [] for n in THREADS}
-    dropped = 0
-    for _ in range(a.cycles):
-        for n in THREADS:
-            bare[n].append(2 * t.ask(f"run {n} {a.ops}", "mops"))
-        mh = Session(t.pid, *a.memhook_args)
-        for n in THREADS:
-            hooked[n].append(2 * t.ask(f"run {n} {a.ops}", "mops"))
-        mh.stop()
-        dropped += mh.dropped
+    bare, hooked, dropped, _ = alternate(t.pid, a.cycles, a.memhook_args, THREADS,
+                                         lambda n: 2 * t.ask(f"run {n} {a.ops}", "mops"))
     assert t.close() == 0
     print(f"{'threads':>8} {'bare Mcalls/s':>14} {'memhook Mcalls/s':>17} {'ratio':>7}")
     for n in THREADS:
         b, h = statistics.median(bare[n]), statistics.median(hooked[n])
         print(f"{n:>8} {b:>14.1f} {h:>17.1f} {h / b:>6.2f}")
     events = a.cycles * sum(THREADS) * a.ops * 2
-    print(f"dropped events (all cycles): {dropped} of {events} ({100 * dropped / events:.1f} %)")
+    print_dropped(dropped, events)
 
 
 if __name__ == "__main__":
