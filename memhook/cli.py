@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -367,7 +368,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("memhook: interrupted", file=sys.stderr)
+        # Ctrl-C before attach began (memhook's own handler is not installed yet): nothing was
+        # done; die of the signal, as interrupted programs do, so the caller sees it.
+        print("memhook: interrupted", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
         return EXIT_FAILED
     except OSError as e:
         print(f"memhook: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
