@@ -9,13 +9,19 @@ over cycles) per size, plus the events memhook dropped.
                                                       [-- memhook args, e.g. --sample-rate 512KiB]
 
 --depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost).
+
+--interleaved measures both in each attached session instead: batches of 1000 alternate between
+the target's hooked GOT slot and pointers to the real functions the target took before memhook
+attached, so the two see the same machine within microseconds (this VM's speed drifts by up to
+1.7x between seconds). The unprofiled batches then run while memhook's consumer drains on the
+other CPU. Ratios are the median over cycles of each cycle's ratio.
 """
 import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
-from driver import Target, alternate, build, print_dropped
+from driver import Session, Target, alternate, build, print_dropped
 
 SIZES = [16 << i for i in range(13)]  # 16 B .. 64 KiB
 
@@ -29,13 +35,18 @@ def main():
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES,
                     help="comma-separated sizes (default 16,32,...,65536)")
     ap.add_argument("--verbose", action="store_true", help="also print every cycle's figures")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="alternate unprofiled and hooked batches within each attached session")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
-    t = Target(build("alloc_latency", Path(tempfile.mkdtemp())))
+    t = Target(build("alloc_latency", Path(tempfile.mkdtemp()), "-fno-plt"))
     sizes = a.sizes
-    bare, hooked, dropped, _ = alternate(
-        t.pid, a.cycles, a.memhook_args, sizes,
-        lambda s: t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
+    if a.interleaved:
+        bare, hooked, dropped = interleaved(t, a, sizes)
+    else:
+        bare, hooked, dropped, _ = alternate(
+            t.pid, a.cycles, a.memhook_args, sizes,
+            lambda s: t.ask(f"run {s} {a.count} {a.rounds} {a.depth}", "ns"))
     assert t.close() == 0
     # Medians over cycles, and the best cycle of each (this VM's neighbours come and go: the
     # best figures show the cost undisturbed).
@@ -44,10 +55,29 @@ def main():
     for s in sizes:
         b, h = statistics.median(bare[s]), statistics.median(hooked[s])
         bb, bh = min(bare[s]), min(hooked[s])
-        print(f"{s:>8} {b:>9.1f} {h:>11.1f} {h / b:>6.2f}x {bb:>10.1f} {bh:>13.1f} {bh / bb:>6.2f}x" +
+        ratio = (statistics.median(x / y for x, y in zip(hooked[s], bare[s])) if a.interleaved
+                 else h / b)
+        print(f"{s:>8} {b:>9.1f} {h:>11.1f} {ratio:>6.2f}x {bb:>10.1f} {bh:>13.1f} {bh / bb:>6.2f}x" +
               (f"   bare {bare[s]} memhook {hooked[s]}" if a.verbose else ""))
     events = 2 * a.cycles * len(sizes) * a.count * a.rounds  # mallocs and frees while attached
     print_dropped(dropped, events)
+
+
+def interleaved(t: Target, a, sizes):
+    """Per size and cycle: the unprofiled and the hooked figure, measured batch by batch
+    alternately in one attached session."""
+    bare = {s: [] for s in sizes}
+    hooked = {s: [] for s in sizes}
+    dropped = 0
+    for _ in range(a.cycles):
+        mh = Session(t.pid, *a.memhook_args)
+        for s in sizes:
+            got = t.answers(f"pair {s} {a.count} {a.rounds} {a.depth}")
+            bare[s].append(got["bare"])
+            hooked[s].append(got["ns"])
+        mh.stop()
+        dropped += mh.dropped
+    return bare, hooked, dropped
 
 
 if __name__ == "__main__":

@@ -51,14 +51,21 @@ class Target:
 
     def ask(self, cmd: str, key: str | None = None) -> float | None:
         """Send `cmd`; the number on its answer line starting with `key`, if any."""
+        return self.answers(cmd).get(key)
+
+    def answers(self, cmd: str) -> dict[str, float]:
+        """Send `cmd`; its answer lines "KEY NUMBER" as a dict."""
         self.p.stdin.write(cmd + "\n")
         self.p.stdin.flush()
-        value = None
+        values = {}
         for line in self.p.stdout:
-            if key and line.startswith(key + " "):
-                value = float(line.split()[1])
-            elif line.startswith("done"):
-                return value
+            if line.startswith("done"):
+                return values
+            words = line.split()
+            try:
+                values[words[0]] = float(words[1])
+            except (IndexError, ValueError):
+                pass
         raise RuntimeError("target ended")
 
     def close(self) -> int:

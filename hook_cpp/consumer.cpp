@@ -166,12 +166,10 @@ class LiveMap {
   const std::vector<Slot>& slots() const { return slots_; }
 
  private:
-  static size_t hash(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k;
-  }
+  // Neighbouring blocks get neighbouring slots (allocators hand out runs of adjacent blocks,
+  // and their slots then share cache lines); each 1 MiB window of addresses starts at its own
+  // random offset, so windows at round distances (arenas, mmaps) do not pile up.
+  static size_t hash(uint64_t k) { return (size_t)((k >> 4) ^ ((k >> 20) * 0x9E3779B97F4A7C15ull >> 24)); }
 
   void resize(size_t n) {
     std::vector<Slot> old;
@@ -619,14 +617,19 @@ class Consumer {
     return n;
   }
 
+  // One multiply per frame, off the chain that carries the hash from frame to frame.
   static uint64_t hash_frames(const uint64_t* f, uint32_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    for (uint32_t i = 0; i < n; i++) {
-      h ^= f[i];
-      h *= 0xff51afd7ed558ccdull;
-      h ^= h >> 32;
-    }
-    return h;
+    for (uint32_t i = 0; i < n; i++) h = ((h << 7) | (h >> 57)) ^ (f[i] * 0xff51afd7ed558ccdull);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 32);
+  }
+
+  static bool same_frames(const uint64_t* a, const uint64_t* b, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+      if (a[i] != b[i]) return false;
+    return true;
   }
 
   uint32_t intern(const uint64_t* f, uint32_t n) {
@@ -635,7 +638,7 @@ class Consumer {
     auto& hot = recent_[h & (kRecent - 1)];
     if (hot.first == h) {
       const auto& s = stacks_[hot.second];
-      if (s.second == n && std::equal(f, f + n, frames_.begin() + s.first)) return hot.second;
+      if (s.second == n && same_frames(f, frames_.data() + s.first, n)) return hot.second;
     }
     uint32_t found = find_stack(h, f, n);
     hot = {h, found};

@@ -72,22 +72,25 @@ uint32_t g_generation;   // bumped on every attach: stale per-thread ring pointe
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
 struct ThreadState {
-  RingHeader* ring;
-  uint8_t* data;         // the ring's data area
+  // What every event touches, on one cache line.
   uint64_t write;        // the ring's write cursor (this thread is its only writer)
-  uint64_t fast_until;   // writes ending at or before this cursor need no checks
+  uint64_t fast_until;   // writes ending at or before this cursor need no checks (reserve_slow)
+  uint8_t* lap_base;     // lap_base + cursor: where the cursor lies in the ring (this lap)
+  RingHeader* ring;
   uint64_t ring_dep;     // ring number << 32: this thread's dependencies
-  uint64_t cached_read;  // last seen consumer cursor: refreshed only when the ring looks half full
-  uint64_t woke_at;      // write cursor when this thread last woke the consumer
   uintptr_t stack_lo, stack_hi;
+  uint32_t generation;   // g_generation when `ring` was claimed
+  uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
+  // Slow paths only.
+  uint8_t* data;         // the ring's data area
+  uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
+  uint64_t woke_at;      // write cursor when this thread last woke the consumer
+  uint64_t next_time;    // cursor from which the next event carries a clock reading first
   int64_t sample_left;   // sampling: bytes until this thread's next sample
   uint64_t rng;          // xorshift state for the sampling intervals
-  uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t sample_generation;
   uint32_t tid;
-  uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
-  uint32_t until_time;   // events until this thread's next TSC record
-  uint32_t until_check;  // TSC records until this thread next checks memhook's heartbeat
+  uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
 };
 __thread ThreadState t_state __attribute__((tls_model("initial-exec")));
 
@@ -189,23 +192,42 @@ __attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
 }
 
 // Slow path of reserve(): wrap to the ring's start (a padding record), look at the consumer's
-// cursor, wake it when the ring passes half full. Returns the write cursor, or UINT64_MAX when
-// the ring is full (the caller drops the event).
+// cursor, wake it when the ring passes half full, write a clock reading when one is due (every
+// kTimeEveryBytes of records, and before a thread's first event). Returns the write cursor, or
+// UINT64_MAX when the ring is full (the caller drops the event).
 __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   const uint64_t cap = g_ring_bytes;
   uint64_t w = t.write;
+  const bool timed = w + bytes > t.next_time;
+  const size_t need = bytes + (timed ? 16 : 0);
   uint64_t pos = w & (cap - 1);
-  uint64_t pad = (pos + bytes > cap) ? cap - pos : 0;
+  uint64_t pad = (pos + need > cap) ? cap - pos : 0;
   t.cached_read = __atomic_load_n(&t.ring->read, __ATOMIC_ACQUIRE);
-  uint64_t used = w + pad + bytes - t.cached_read;
+  uint64_t used = w + pad + need - t.cached_read;
   if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
   if (used > cap) return UINT64_MAX;
   if (pad) {
     *(uint64_t*)(t.data + pos) = header(kPadding, 0, 0, 0);
     w += pad;
-    t.write = w;
   }
-  t.fast_until = std::min((w | (cap - 1)) + 1, t.cached_read + cap / 2);
+  t.lap_base = t.data - (w & ~(cap - 1));
+  if (timed) {
+    uint64_t* at = (uint64_t*)(t.lap_base + w);
+    at[0] = header(kTime, 0, 0, 0);
+    at[1] = now();
+    w += 16;
+    t.next_time = w + kTimeEveryBytes;
+    if (--t.until_check == 0) {
+      t.until_check = kCheckEvery;
+      check_consumer();
+    }
+  }
+  t.write = w;  // published with the event
+  // Look again at the lap's end, when a clock reading is due, when the ring passes half full
+  // (to wake the consumer) and when it is full as last seen: never per event while the ring is
+  // merely more than half full, since the consumer's cursor lives on a line it keeps writing.
+  const uint64_t half = t.cached_read + cap / 2;
+  t.fast_until = std::min({(w | (cap - 1)) + 1, t.next_time, w < half ? half : t.cached_read + cap});
   return w;
 }
 
@@ -217,9 +239,8 @@ inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w) {
   return *w != UINT64_MAX;
 }
 
-inline uint64_t* slot_at(ThreadState& t, uint64_t w) {
-  return (uint64_t*)(t.data + (w & (g_ring_bytes - 1)));
-}
+// Valid for a cursor reserve() returned.
+inline uint64_t* slot_at(ThreadState& t, uint64_t w) { return (uint64_t*)(t.lap_base + w); }
 
 inline void publish(ThreadState& t, uint64_t end) {
   t.write = end;
@@ -234,16 +255,6 @@ void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
   at[0] = head;
   if (words > 1) at[1] = value;
   publish(t, w + 8 * words);
-}
-
-// Every kTimeEvery events: a clock reading, and now and then a look at memhook's heartbeat.
-__attribute__((noinline)) void time_record(ThreadState& t) {
-  t.until_time = kTimeEvery;
-  write_marker(t, header(kTime, 0, 0, 0), now(), 2);
-  if (--t.until_check == 0) {
-    t.until_check = kCheckEvery;
-    check_consumer();
-  }
 }
 
 // Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
@@ -281,7 +292,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.fast_until = 0;  // the first reserve takes the slow path and computes it
     t.woke_at = t.write;
     t.ring_dep = uint64_t(no) << 32;
-    t.until_time = 1;  // the first event carries a clock reading
+    t.next_time = t.write;  // the first event carries a clock reading
     t.until_check = kCheckEvery;
     t.generation = g_generation;  // only a claimed ring makes the fast path valid
     write_marker(t, header(kThread, 0, 0, t.tid), 0, 1);
@@ -373,80 +384,138 @@ inline bool table_live(uint64_t p) {
 }
 
 // A pointer word: the pointer, and in its top bits how far `frame` lies below the top of this
-// thread's stack (in 16-byte units; 0: unknown), which is all the consumer compares frames by.
+// thread's stack (in 16-byte units; 0: unknown, as for a frame of 0 or off the stack), which is
+// all the consumer compares frames by.
 inline uint64_t with_depth(ThreadState& t, uint64_t ptr, uint64_t frame) {
   uint64_t depth = (t.stack_hi - frame) >> 4;
-  bool known = frame && frame < t.stack_hi && depth < (uint64_t(1) << (64 - kPtrBits));
-  return (ptr & kPtrMask) | (known ? depth << kPtrBits : 0);
+  return (ptr & kPtrMask) | (depth < (uint64_t(1) << (64 - kPtrBits)) ? depth << kPtrBits : 0);
 }
 
-// Frame-pointer walk. Every frame pointer must lie on this thread's stack, above the previous
-// one and aligned, so code built without frame pointers ends the walk instead of faulting.
-// *caller: the first frame above the hook's (the allocating function's frame base), or 0.
+// Frame-pointer walk from the hook's frame `fp`. Each frame pointer followed must lie above the
+// previous one and below the top of this thread's stack, so every read stays on the stack
+// between the hook's frame and its top: code built without frame pointers ends the walk (or
+// adds a bogus address), never faults. A hook frame off the thread's stack (a signal stack)
+// yields the caller alone. Returns the frames written to `out`; *caller: the allocating
+// function's frame base, or 0.
 inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out, uint64_t* caller) {
-  uint32_t n = 0;
-  // The hook's own frame always exists: its return address is the allocation's caller.
-  out[n++] = (uint64_t)fp[1];
+  uint64_t* o = out;
+  uint64_t* const end = out + g_depth;
+  *o++ = (uint64_t)fp[1];  // the hook's return address: the allocation's call site
   *caller = 0;
-  const uintptr_t lo = t.stack_lo, hi = t.stack_hi;
-  if ((uintptr_t)fp < lo || (uintptr_t)fp >= hi) return n;
-  void** first = (void**)fp[0];
-  if ((uintptr_t)first > (uintptr_t)fp && (uintptr_t)first <= hi - 16 &&
-      ((uintptr_t)first & 7) == 0)
-    *caller = (uint64_t)first;
-  while (n < g_depth) {
-    void** next = (void**)fp[0];
-    if ((uintptr_t)next <= (uintptr_t)fp || (uintptr_t)next > hi - 16 ||
-        ((uintptr_t)next & 7) != 0)
-      break;
-    fp = next;
-    uint64_t ret = (uint64_t)fp[1];
-    if (ret < 4096) break;
-    out[n++] = ret;
+  const uintptr_t lo = t.stack_lo, hi = t.stack_hi, top = hi - 16;
+  void** f = (void**)fp[0];
+  // Unknown bounds (0, 0) fail the first test.
+  if ((uintptr_t)fp - lo < hi - lo && (uintptr_t)f > (uintptr_t)fp && (uintptr_t)f <= top) {
+    *caller = (uint64_t)f;
+    while (o < end) {
+      *o++ = (uint64_t)f[1];
+      void** next = (void**)f[0];
+      if ((uintptr_t)next <= (uintptr_t)f || (uintptr_t)next > top) break;
+      f = next;
+    }
   }
-  return n;
+  return uint32_t(o - out);
 }
 
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
 
 inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
 
-// This thread's ring, with its clock record written when due; false: the event is lost (and
+// This thread's ring, claimed on its first event of a session; false: the event is lost (and
 // counted).
 inline bool event_ring(ThreadState& t) {
   if (__builtin_expect(t.generation != g_generation, 0) && !claim_ring(t)) {
     count_no_ring();
     return false;
   }
-  if (__builtin_expect(--t.until_time == 0, 0)) time_record(t);
   return true;
 }
 
-// An allocation that returned `p`, recorded after the real call.
-__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
-                                                        uint64_t size, void** fp) {
+// Signal handlers may allocate: the recursion guard must be set before a record's cursor is
+// read and cleared only after it is published, in that order as a handler sees it.
+inline void enter(ThreadState& t) {
+  t.in_hook = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+inline void leave(ThreadState& t) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  t.in_hook = 0;
+}
+
+// The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
+__attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
+                                                         uint64_t w, int op, void* p,
+                                                         uint64_t size, void** fp) {
+  at[2] = size;
+  uint64_t caller;
+  uint32_t n = backtrace(t, fp, at + 3, &caller);
+  at[1] = with_depth(t, (uint64_t)p, caller);
+  at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
+  return 3 + n;
+}
+
+__attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p, uint64_t size,
+                                                 void** fp) {
   uint64_t w;
   if (!event_ring(t)) return;
   if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
-  uint64_t* at = slot_at(t, w);
-  uint64_t caller;
-  uint32_t n = backtrace(t, fp, at + 3, &caller);
-  at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
-  at[1] = with_depth(t, (uint64_t)p, caller);
-  at[2] = size;
-  publish(t, w + 8 * (3 + n));
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
 }
 
-// A free, recorded (and published) before the real call: once it returns, another thread may
-// get the block back, and that thread's event will depend on this one.
-__attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
-                                                       void** fp) {
+// An allocation that returned `p`, recorded after the real call (the guard set). The common
+// case (ring claimed, room without a look at the consumer, no clock reading due) is one
+// compare away.
+__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
+                                                        uint64_t size, void** fp) {
+  const uint64_t w = t.write;
+  if (__builtin_expect(t.generation != g_generation || w + 8 * (3 + g_depth) > t.fast_until, 0))
+    return record_alloc_slow(t, op, p, size, fp);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
+}
+
+__attribute__((noinline)) void record_alloc_slow_leave(ThreadState& t, int op, void* p,
+                                                       uint64_t size, void** fp) {
+  record_alloc_slow(t, op, p, size, fp);
+  leave(t);
+}
+
+// Full tracing's record of an allocation: out of line, so that the hook around the real call
+// keeps few registers, and a leaf on its common path (the slow path a tail call), so that it
+// saves none. Sets and clears the guard.
+template <int Op>
+__attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(void* p,
+                                                                               uint64_t size,
+                                                                               void** fp) {
+  ThreadState& t = t_state;
+  enter(t);
+  const uint64_t w = t.write;
+  if (__builtin_expect(t.generation != g_generation || w + 8 * (3 + g_depth) > t.fast_until, 0))
+    return record_alloc_slow_leave(t, Op, p, size, fp);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, fp));
+  leave(t);
+}
+
+inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p, void** fp) {
+  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
+  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+}
+
+__attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
   uint64_t w;
   if (!event_ring(t)) return;
   if (!reserve(t, 16, &w)) return drop(t.ring);
-  uint64_t* at = slot_at(t, w);
-  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
-  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+  write_free(t, slot_at(t, w), w, op, p, fp);
+  publish(t, w + 16);
+}
+
+// A free, recorded (and published) before the real call (the guard set): once it returns,
+// another thread may get the block back, and that thread's event will depend on this one.
+__attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
+                                                       void** fp) {
+  const uint64_t w = t.write;
+  if (__builtin_expect(t.generation != g_generation || w + 16 > t.fast_until, 0))
+    return record_free_slow(t, op, p, fp);
+  write_free(t, slot_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
 
@@ -677,14 +746,18 @@ void check_consumer() {
   ThreadState& t = t_state;                                            \
   if (__builtin_expect(!active() || t.in_hook, 0)) return REAL(sym) args;
 
+#define UNPAREN(...) __VA_ARGS__
+
 // Allocation hooks. memhook_hook_* records (or, when memhook is inactive, the call nested,
 // filtered out or not sampled, passes straight to the real function); its frame sits directly
-// below the caller's, and the backtrace starts there. Sampling sessions point slots at
-// memhook_sample_* instead: it counts the thread's countdown down and tail-calls the real
-// function while no sample is due (a few instructions, no frame of its own), else tail-calls
-// memhook_hook_*.
+// below the caller's, and the backtrace starts there. Full tracing takes the short path in
+// memhook_hook_* itself; everything else (a size filter, sampling, nested or inactive calls)
+// goes to general_*, which walks from the hook's frame all the same (a sibling call reuses it).
+// Sampling sessions point slots at memhook_sample_* instead: it counts the thread's countdown
+// down and tail-calls the real function while no sample is due (a few instructions, no frame
+// of its own), else tail-calls memhook_hook_*.
 #define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+  __attribute__((noinline)) static ret general_##sym(void** fp, UNPAREN params) { \
     ThreadState& t = t_state;                                          \
     const uint64_t size = (size_expr);                                 \
     const int m = mode();                                              \
@@ -695,8 +768,24 @@ void check_consumer() {
     }                                                                  \
     Guard guard(t);                                                    \
     ret result = REAL(sym) args;                                       \
+    if (void* p = (result_ptr)) record_alloc(t, ID_##sym, p, size, fp); \
+    return result;                                                     \
+  }                                                                    \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    ThreadState& t = t_state;                                          \
+    void** fp = (void**)__builtin_frame_address(0);                    \
+    if (__builtin_expect(mode() != kEvery || t.in_hook, 0))            \
+      return general_##sym(fp, UNPAREN args);                          \
+    const uint64_t size = (size_expr);                                 \
+    if (kNests[ID_##sym]) { /* its inner malloc must pass through */   \
+      Guard guard(t);                                                  \
+      ret result = REAL(sym) args;                                     \
+      if (void* p = (result_ptr)) record_alloc(t, ID_##sym, p, size, fp); \
+      return result;                                                   \
+    }                                                                  \
+    ret result = REAL(sym) args;                                       \
     if (void* p = (result_ptr))                                        \
-      record_alloc(t, ID_##sym, p, size, (void**)__builtin_frame_address(0)); \
+      record_alloc_now<ID_##sym>(p, size, (void**)__builtin_frame_address(0)); \
     return result;                                                     \
   }                                                                    \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
@@ -712,17 +801,33 @@ void check_consumer() {
     return memhook_hook_##sym args;                                    \
   }
 
-// In sampling mode only frees of sampled blocks are recorded; the table knows which, and the
-// sampling entry (memhook_sample_*) passes every other free straight to the real function.
+// Frees are recorded before the real call. In sampling mode only frees of sampled blocks are
+// recorded; the table knows which, and the sampling entry (memhook_sample_*) passes every
+// other free straight to the real function. Plain free calls nothing hooked: the guard ends
+// before it, and it is a tail call; operator delete calls free, under the guard.
 #define HOOK_F(sym, ret, params, args)                                 \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+  __attribute__((noinline)) static ret general_##sym(void** fp, UNPAREN params) { \
     if (!p) return REAL(sym) args;                                     \
     PASS_THROUGH(sym, args)                                            \
-    t.in_hook = 1;                                                     \
-    if (!g_sample_rate || table_live((uint64_t)p))                     \
-      record_free(t, ID_##sym, p, (void**)__builtin_frame_address(0)); \
+    enter(t);                                                          \
+    if (!g_sample_rate || table_live((uint64_t)p)) record_free(t, ID_##sym, p, fp); \
     REAL(sym) args;                                                    \
-    t.in_hook = 0;                                                     \
+    leave(t);                                                          \
+  }                                                                    \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    ThreadState& t = t_state;                                          \
+    void** fp = (void**)__builtin_frame_address(0);                    \
+    if (__builtin_expect(!p || mode() != kEvery || t.in_hook, 0))     \
+      return general_##sym(fp, UNPAREN args);                          \
+    enter(t);                                                          \
+    record_free(t, ID_##sym, p, fp);                                   \
+    if (ID_##sym != ID_free) { /* operator delete calls free */        \
+      REAL(sym) args;                                                  \
+      leave(t);                                                        \
+      return;                                                          \
+    }                                                                  \
+    leave(t);                                                          \
+    return REAL(sym) args;                                             \
   }                                                                    \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
   memhook_sample_##sym params {                                        \

@@ -9,8 +9,8 @@
 // pointer reads it (a dependency: "apply after ring R's event C") and writes its own. Plain loads
 // and stores suffice: the allocator's own synchronisation orders a pointer's events, and each
 // entry is one 8-byte word tagged with the pointer, so an entry overwritten by another pointer
-// only loses a dependency, never forges one. Time comes from a TSC record every kTimeEvery events
-// per thread and from the consumer's own drain times.
+// only loses a dependency, never forges one. Time comes from a TSC record every kTimeEveryBytes of a
+// thread's records and from the consumer's own drain times.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +26,7 @@ constexpr int kMaxLateSlots = 4096;
 constexpr int kMaxSlots = 8192;
 constexpr uint32_t kMaxRings = 254;   // ring numbers 1..254 fit a dependency's 8 bits
 constexpr int kTableBits = 22;        // address table: 4 Mi entries, 32 MiB (touched pages only)
-constexpr uint32_t kTimeEvery = 128;  // events between a thread's TSC records
+constexpr uint64_t kTimeEveryBytes = 4096;  // ring bytes between a thread's TSC records
 constexpr uint32_t kCheckEvery = 32;  // TSC records between a thread's heartbeat checks
 
 enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
