@@ -442,6 +442,12 @@ inline void leave(ThreadState& t) {
   t.in_hook = 0;
 }
 
+// The common case: this thread's ring is claimed for this session and `bytes` fit at cursor w
+// without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until).
+inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes) {
+  return __builtin_expect(t.generation == g_generation && w + bytes <= t.fast_until, 1);
+}
+
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
 __attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
                                                          uint64_t w, int op, void* p,
@@ -462,14 +468,11 @@ __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p
   publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
 }
 
-// An allocation that returned `p`, recorded after the real call (the guard set). The common
-// case (ring claimed, room without a look at the consumer, no clock reading due) is one
-// compare away.
+// An allocation that returned `p`, recorded after the real call (the guard set).
 __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
                                                         uint64_t size, void** fp) {
   const uint64_t w = t.write;
-  if (__builtin_expect(t.generation != g_generation || w + 8 * (3 + g_depth) > t.fast_until, 0))
-    return record_alloc_slow(t, op, p, size, fp);
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, fp);
   publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
 }
 
@@ -489,8 +492,7 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(
   ThreadState& t = t_state;
   enter(t);
   const uint64_t w = t.write;
-  if (__builtin_expect(t.generation != g_generation || w + 8 * (3 + g_depth) > t.fast_until, 0))
-    return record_alloc_slow_leave(t, Op, p, size, fp);
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, fp);
   publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, fp));
   leave(t);
 }
@@ -513,8 +515,7 @@ __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p,
 __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
                                                        void** fp) {
   const uint64_t w = t.write;
-  if (__builtin_expect(t.generation != g_generation || w + 16 > t.fast_until, 0))
-    return record_free_slow(t, op, p, fp);
+  if (!fast_room(t, w, 16)) return record_free_slow(t, op, p, fp);
   write_free(t, slot_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
