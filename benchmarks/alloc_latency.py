@@ -11,10 +11,11 @@ over cycles) per size, plus the events memhook dropped.
 --depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost).
 
 --interleaved measures both in each attached session instead: batches of 1000 alternate between
-the target's hooked GOT slot and pointers to the real functions the target took before memhook
-attached, so the two see the same machine within microseconds (this VM's speed drifts by up to
-1.7x between seconds). The unprofiled batches then run while memhook's consumer drains on the
-other CPU. Ratios are the median over cycles of each cycle's ratio.
+the target's hooked GOT slot and copies of malloc/free the target took before memhook attached
+(the same loop, only the function pointer differs), so the two see the same machine within
+microseconds (this VM's speed drifts by up to 1.7x between seconds). The unprofiled batches then
+run while memhook's consumer drains on the other CPU. Per cycle the median batch of each; the
+ratio is the median over cycles of each cycle's ratio.
 """
 import argparse
 import statistics

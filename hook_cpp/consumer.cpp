@@ -169,7 +169,9 @@ class LiveMap {
   // Neighbouring blocks get neighbouring slots (allocators hand out runs of adjacent blocks,
   // and their slots then share cache lines); each 1 MiB window of addresses starts at its own
   // random offset, so windows at round distances (arenas, mmaps) do not pile up.
-  static size_t hash(uint64_t k) { return (size_t)((k >> 4) ^ ((k >> 20) * 0x9E3779B97F4A7C15ull >> 24)); }
+  static size_t hash(uint64_t k) {
+    return (size_t)((k >> 4) ^ ((k >> 20) * 0x9E3779B97F4A7C15ull >> 24));
+  }
 
   void resize(size_t n) {
     std::vector<Slot> old;
@@ -650,7 +652,7 @@ class Consumer {
     uint32_t id = it == by_hash_.end() ? 0 : it->second;
     for (; id; id = stack_next_[id]) {
       const auto& s = stacks_[id];
-      if (s.second == n && std::equal(f, f + n, frames_.begin() + s.first)) return id;
+      if (s.second == n && same_frames(f, frames_.data() + s.first, n)) return id;
     }
     id = (uint32_t)stacks_.size();
     stacks_.push_back({frames_.size(), n});

@@ -227,7 +227,8 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   // (to wake the consumer) and when it is full as last seen: never per event while the ring is
   // merely more than half full, since the consumer's cursor lives on a line it keeps writing.
   const uint64_t half = t.cached_read + cap / 2;
-  t.fast_until = std::min({(w | (cap - 1)) + 1, t.next_time, w < half ? half : t.cached_read + cap});
+  const uint64_t look = w < half ? half : t.cached_read + cap;
+  t.fast_until = std::min({(w | (cap - 1)) + 1, t.next_time, look});
   return w;
 }
 
@@ -753,8 +754,8 @@ void check_consumer() {
 // Allocation hooks. memhook_hook_* records (or, when memhook is inactive, the call nested,
 // filtered out or not sampled, passes straight to the real function); its frame sits directly
 // below the caller's, and the backtrace starts there. Full tracing takes the short path in
-// memhook_hook_* itself; everything else (a size filter, sampling, nested or inactive calls)
-// goes to general_*, which walks from the hook's frame all the same (a sibling call reuses it).
+// memhook_hook_* itself; everything else (a size filter, sampling, operator new, nested or
+// inactive calls) goes to general_*, which walks from the hook's frame all the same (a sibling call reuses it).
 // Sampling sessions point slots at memhook_sample_* instead: it counts the thread's countdown
 // down and tail-calls the real function while no sample is due (a few instructions, no frame
 // of its own), else tail-calls memhook_hook_*.
@@ -776,16 +777,12 @@ void check_consumer() {
   extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
     ThreadState& t = t_state;                                          \
     void** fp = (void**)__builtin_frame_address(0);                    \
-    if (__builtin_expect(mode() != kEvery || t.in_hook, 0))            \
+    /* operator new keeps the guard across its inner malloc: general_* */ \
+    if (__builtin_expect(mode() != kEvery || t.in_hook, 0) || kNests[ID_##sym]) \
       return general_##sym(fp, UNPAREN args);                          \
     const uint64_t size = (size_expr);                                 \
-    if (kNests[ID_##sym]) { /* its inner malloc must pass through */   \
-      Guard guard(t);                                                  \
-      ret result = REAL(sym) args;                                     \
-      if (void* p = (result_ptr)) record_alloc(t, ID_##sym, p, size, fp); \
-      return result;                                                   \
-    }                                                                  \
     ret result = REAL(sym) args;                                       \
+    /* fp read again: held across the call it would cost a register */ \
     if (void* p = (result_ptr))                                        \
       record_alloc_now<ID_##sym>(p, size, (void**)__builtin_frame_address(0)); \
     return result;                                                     \
@@ -805,8 +802,8 @@ void check_consumer() {
 
 // Frees are recorded before the real call. In sampling mode only frees of sampled blocks are
 // recorded; the table knows which, and the sampling entry (memhook_sample_*) passes every
-// other free straight to the real function. Plain free calls nothing hooked: the guard ends
-// before it, and it is a tail call; operator delete calls free, under the guard.
+// other free straight to the real function. Plain free calls nothing hooked: on its short path
+// the guard ends before it, and it is a tail call.
 #define HOOK_F(sym, ret, params, args)                                 \
   __attribute__((noinline)) static ret general_##sym(void** fp, UNPAREN params) { \
     if (!p) return REAL(sym) args;                                     \
@@ -819,15 +816,11 @@ void check_consumer() {
   extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
     ThreadState& t = t_state;                                          \
     void** fp = (void**)__builtin_frame_address(0);                    \
-    if (__builtin_expect(!p || mode() != kEvery || t.in_hook, 0))     \
+    /* operator delete keeps the guard across its inner free: general_* */ \
+    if (__builtin_expect(!p || mode() != kEvery || t.in_hook, 0) || ID_##sym != ID_free) \
       return general_##sym(fp, UNPAREN args);                          \
     enter(t);                                                          \
     record_free(t, ID_##sym, p, fp);                                   \
-    if (ID_##sym != ID_free) { /* operator delete calls free */        \
-      REAL(sym) args;                                                  \
-      leave(t);                                                        \
-      return;                                                          \
-    }                                                                  \
     leave(t);                                                          \
     return REAL(sym) args;                                             \
   }                                                                    \
