@@ -354,6 +354,15 @@ __attribute__((noinline)) bool chosen_slow(ThreadState& t, uint64_t size) {
   return !g_size_filter || size_wanted(size);
 }
 
+// Sampling's common case: subtract `size` from the countdown; true while bytes remain. One
+// read-modify-write instruction whose flags answer (a signed "greater": the same as the
+// subtraction's result > 0 for any countdown and size below 2^62).
+inline bool count_down(ThreadState& t, uint64_t size) {
+  bool left;
+  asm("subq %2, %0" : "+m"(t.sample_left), "=@ccg"(left) : "er"(size) : "cc");
+  return left;
+}
+
 // The same decision for reallocs, countdown included.
 inline bool chosen(ThreadState& t, uint64_t size) {
   if (g_sample_rate) {
@@ -790,9 +799,7 @@ void check_consumer() {
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
   memhook_sample_##sym params {                                        \
     ThreadState& t = t_state;                                          \
-    int64_t left = (int64_t)((uint64_t)t.sample_left - (size_expr));   \
-    t.sample_left = left;                                              \
-    if (__builtin_expect(left > 0, 1)) {                               \
+    if (__builtin_expect(count_down(t, (size_expr)), 1)) {             \
       if (!kNests[ID_##sym]) return REAL(sym) args;                    \
       Guard guard(t); /* its inner malloc is this call, not another */ \
       return REAL(sym) args;                                           \
