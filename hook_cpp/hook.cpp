@@ -953,6 +953,40 @@ extern "C" __attribute__((visibility("default"))) int memhook_hook_dlclose(void*
 
 // ---- Entry points memhook calls through GDB. ----
 
+namespace {
+
+// The address range of the latest session's segment. Never unmapped: a hook that read a ring
+// pointer just before detach may still write through it, and must not fault.
+void* g_region;
+size_t g_region_bytes;
+
+bool previous_rings_idle() {
+  for (uint32_t i = 0; i < g_nrings; i++)
+    if (__atomic_load_n(&ring_at(i)->busy, __ATOMIC_ACQUIRE)) return false;
+  return true;
+}
+
+// Where the new segment (mapped at `fresh`) will live. Each attach would otherwise leave the
+// previous segment's range mapped (its pages long released), some 300 MB of address space per
+// session, which a target under RLIMIT_AS would feel. So the new segment replaces the previous
+// one in place when it fits and the previous session ended cleanly (detached, no realloc still
+// inside the real call). Replacing is one mmap: the range is never unmapped, so a straggling
+// write lands in the new segment (the consumer checks what it reads) rather than faulting.
+void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
+  if (g_region && !was_active && bytes <= g_region_bytes && previous_rings_idle()) {
+    void* at = mmap(g_region, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (at == g_region) {
+      munmap(fresh, bytes);
+      return at;
+    }
+  }
+  g_region = fresh;
+  g_region_bytes = bytes;
+  return fresh;
+}
+
+}  // namespace
+
 // Map the segment and arm the hooks. Runs on one target thread with GDB holding the process;
 // allocates nothing itself. Returns 0, or a negative code naming what failed.
 extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
@@ -963,20 +997,26 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     close(fd);
     return -2;
   }
-  void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) return -3;
+  const size_t bytes = (size_t)st.st_size;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return -3;
+  }
   Control* c = (Control*)m;
   if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
-      (size_t)st.st_size < segment_bytes(c->nrings, c->ring_bytes) || c->depth > kMaxDepth ||
+      bytes < segment_bytes(c->nrings, c->ring_bytes) || c->depth > kMaxDepth ||
       c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
-    munmap(m, (size_t)st.st_size);
+    munmap(m, bytes);
+    close(fd);
     return -4;
   }
+  const bool was_active = active();
   memhook_active = 0;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  // A previous session's segment stays mapped (a straggling hook may still hold it); memhook
-  // released its pages on detach, so only address space remains.
+  m = settle_segment(m, bytes, fd, was_active);
+  close(fd);
+  c = (Control*)m;
   g_ctl = c;
   memhook_ctl = c;
   g_table = (uint64_t*)((uint8_t*)m + table_offset());

@@ -6,11 +6,18 @@ import subprocess
 import time
 
 from conftest import Memhook, build, memhook_cmd, site
+from memhook.procfs import read_maps
 from test_entry_points import assert_restored, slot_values
 
 
 def corrupt_count(target) -> int:
     return int(target.ask("check", "check").split()[2])
+
+
+def segment_mappings(pid: int) -> tuple[int, int]:
+    """Address space the target maps from memhook segment files: (bytes, mappings)."""
+    maps = [m for m in read_maps(pid) if "/memhook-" in m.path and "libmemhook" not in m.path]
+    return sum(m.end - m.start for m in maps), len(maps)
 
 
 def test_200_attach_detach_cycles(tmp_path, targets):
@@ -22,6 +29,11 @@ def test_200_attach_detach_cycles(tmp_path, targets):
     for cycle in range(200):
         session = Session(target.pid, Options())
         session.attach()
+        if cycle == 0:
+            one_segment = segment_mappings(target.pid)
+            assert one_segment[1] == 1
+        else:  # each session's segment takes the previous one's place: no address space lost
+            assert segment_mappings(target.pid) == one_segment, cycle
         time.sleep(rng.uniform(0, 0.03))
         session.detach("cycle")
         assert not session.detach_error and not session.not_restored
