@@ -59,7 +59,7 @@ const SymbolTable kSymbols;
 #define kSymbol kSymbols.name
 
 // Session state, written by memhook_start while the target is stopped under GDB.
-void* g_real[kMaxHooks];
+void* g_real[kMaxHooks] asm("memhook_g_real");
 Control* g_ctl;
 uint8_t* g_rings;
 uint64_t* g_table;  // the address table (segment.h)
@@ -92,7 +92,7 @@ struct ThreadState {
   uint32_t tid;
   uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
 };
-__thread ThreadState t_state __attribute__((tls_model("initial-exec")));
+__thread ThreadState t_state asm("memhook_t_state") __attribute__((tls_model("initial-exec")));
 
 void check_consumer();
 
@@ -401,21 +401,31 @@ inline uint64_t with_depth(ThreadState& t, uint64_t ptr, uint64_t frame) {
   return (ptr & kPtrMask) | (depth < (uint64_t(1) << (64 - kPtrBits)) ? depth << kPtrBits : 0);
 }
 
-// Frame-pointer walk from the hook's frame `fp`. Each frame pointer followed must lie above the
-// previous one and below the top of this thread's stack, so every read stays on the stack
-// between the hook's frame and its top: code built without frame pointers ends the walk (or
-// adds a bogus address), never faults. A hook frame off the thread's stack (a signal stack)
-// yields the caller alone. Returns the frames written to `out`; *caller: the allocating
-// function's frame base, or 0.
-inline uint32_t backtrace(ThreadState& t, void** fp, uint64_t* out, uint64_t* caller) {
+// Where a hook was called from: the stack slot holding its return address (the allocation's
+// call site) and the caller's frame pointer. A compiled hook finds both in its own frame; the
+// assembly entry (memhook_hook_malloc) has none and passes them as it found them.
+struct Origin {
+  void** ret;
+  void** frame;
+};
+inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
+
+// Frame-pointer walk from the call site. Each frame pointer followed must lie above the
+// previous one (the first above the return-address slot) and below the top of this thread's
+// stack, so every read stays on the stack between the hook and its top: code built without
+// frame pointers ends the walk (or adds a bogus address), never faults. A hook off the thread's
+// stack (a signal stack) yields the call site alone. Returns the frames written to `out`;
+// *caller: the allocating function's frame base, or 0.
+inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t* out, uint64_t* caller) {
   uint64_t* o = out;
   uint64_t* const end = out + g_depth;
-  *o++ = (uint64_t)fp[1];  // the hook's return address: the allocation's call site
+  *o++ = (uint64_t)*from.ret;
   *caller = 0;
   const uintptr_t lo = t.stack_lo, hi = t.stack_hi, top = hi - 16;
-  void** f = (void**)fp[0];
+  void** f = from.frame;
   // Unknown bounds (0, 0) fail the first test.
-  if ((uintptr_t)fp - lo < hi - lo && (uintptr_t)f > (uintptr_t)fp && (uintptr_t)f <= top) {
+  if ((uintptr_t)from.ret - lo < hi - lo && (uintptr_t)f > (uintptr_t)from.ret &&
+      (uintptr_t)f <= top) {
     *caller = (uint64_t)f;
     while (o < end) {
       *o++ = (uint64_t)f[1];
@@ -461,51 +471,59 @@ inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes) {
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
 __attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
                                                          uint64_t w, int op, void* p,
-                                                         uint64_t size, void** fp) {
+                                                         uint64_t size, Origin from) {
   at[2] = size;
   uint64_t caller;
-  uint32_t n = backtrace(t, fp, at + 3, &caller);
+  uint32_t n = backtrace(t, from, at + 3, &caller);
   at[1] = with_depth(t, (uint64_t)p, caller);
   at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
   return 3 + n;
 }
 
 __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p, uint64_t size,
-                                                 void** fp) {
+                                                 Origin from) {
   uint64_t w;
   if (!event_ring(t)) return;
   if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
 }
 
 // An allocation that returned `p`, recorded after the real call (the guard set).
 __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
-                                                        uint64_t size, void** fp) {
+                                                        uint64_t size, Origin from) {
   const uint64_t w = t.write;
-  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, fp);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, fp));
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, from);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
 }
 
-__attribute__((noinline)) void record_alloc_slow_leave(ThreadState& t, int op, void* p,
-                                                       uint64_t size, void** fp) {
-  record_alloc_slow(t, op, p, size, fp);
+__attribute__((noinline)) void* record_alloc_slow_leave(ThreadState& t, int op, void* p,
+                                                        uint64_t size, Origin from) {
+  record_alloc_slow(t, op, p, size, from);
   leave(t);
+  return p;
 }
 
 // Full tracing's record of an allocation: out of line, so that the hook around the real call
 // keeps few registers, and a leaf on its common path (the slow path a tail call), so that it
 // saves few itself (two, where the record inlined into the hook made it save six). Sets and
-// clears the guard.
+// clears the guard. Returns `p`, so that an entry can tail-call it.
 template <int Op>
-__attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(void* p,
-                                                                               uint64_t size,
-                                                                               void** fp) {
+__attribute__((always_inline)) inline void* record_alloc_leaf(void* p, uint64_t size,
+                                                             Origin from) {
   ThreadState& t = t_state;
   enter(t);
   const uint64_t w = t.write;
-  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, fp);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, fp));
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, from);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, from));
   leave(t);
+  return p;
+}
+
+template <int Op>
+__attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(void* p,
+                                                                               uint64_t size,
+                                                                               Origin from) {
+  record_alloc_leaf<Op>(p, size, from);
 }
 
 inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p, void** fp) {
@@ -761,13 +779,36 @@ void check_consumer() {
 #define UNPAREN(...) __VA_ARGS__
 
 // Allocation hooks. memhook_hook_* records (or, when memhook is inactive, the call nested,
-// filtered out or not sampled, passes straight to the real function); its frame sits directly
-// below the caller's, and the backtrace starts there. Full tracing takes the short path in
-// memhook_hook_* itself; everything else (a size filter, sampling, operator new, nested or
-// inactive calls) goes to general_*, which walks from the hook's frame all the same (a sibling call reuses it).
+// filtered out or not sampled, passes straight to the real function); the backtrace starts at
+// its call site. Full tracing takes the short path in the compiled hook (framed_*) itself, whose
+// frame sits directly below the caller's; everything else (a size filter, sampling, operator
+// new, nested or inactive calls) goes to general_*, which walks from the hook's frame all the
+// same (a sibling call reuses it).
 // Sampling sessions point slots at memhook_sample_* instead: it counts the thread's countdown
 // down and tail-calls the real function while no sample is due (a few instructions, no frame
 // of its own), else tail-calls memhook_hook_*.
+// memhook_hook_* is the compiled hook itself (framed_*), or for malloc, the hottest of them, an
+// assembly entry below that falls back to it.
+#define FRAMED_ENTRY(sym, ret, params)                                 \
+  extern "C" __attribute__((visibility("default"), alias("framed_" #sym))) ret \
+  memhook_hook_##sym params;
+#define ASM_ENTRY(sym, ret, params) extern "C" ret memhook_hook_##sym params;
+#define ENTRY_OF_malloc ASM_ENTRY
+#define ENTRY_OF_calloc FRAMED_ENTRY
+#define ENTRY_OF_aligned_alloc FRAMED_ENTRY
+#define ENTRY_OF_memalign FRAMED_ENTRY
+#define ENTRY_OF_valloc FRAMED_ENTRY
+#define ENTRY_OF_pvalloc FRAMED_ENTRY
+#define ENTRY_OF_posix_memalign FRAMED_ENTRY
+#define ENTRY_OF__Znwm FRAMED_ENTRY
+#define ENTRY_OF__Znam FRAMED_ENTRY
+#define ENTRY_OF__ZnwmRKSt9nothrow_t FRAMED_ENTRY
+#define ENTRY_OF__ZnamRKSt9nothrow_t FRAMED_ENTRY
+#define ENTRY_OF__ZnwmSt11align_val_t FRAMED_ENTRY
+#define ENTRY_OF__ZnamSt11align_val_t FRAMED_ENTRY
+#define ENTRY_OF__ZnwmSt11align_val_tRKSt9nothrow_t FRAMED_ENTRY
+#define ENTRY_OF__ZnamSt11align_val_tRKSt9nothrow_t FRAMED_ENTRY
+
 #define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
   __attribute__((noinline)) static ret general_##sym(void** fp, UNPAREN params) { \
     ThreadState& t = t_state;                                          \
@@ -780,10 +821,10 @@ void check_consumer() {
     }                                                                  \
     Guard guard(t);                                                    \
     ret result = REAL(sym) args;                                       \
-    if (void* p = (result_ptr)) record_alloc(t, ID_##sym, p, size, fp); \
+    if (void* p = (result_ptr)) record_alloc(t, ID_##sym, p, size, origin_of(fp)); \
     return result;                                                     \
   }                                                                    \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+  extern "C" __attribute__((visibility("hidden"))) ret framed_##sym params { \
     ThreadState& t = t_state;                                          \
     void** fp = (void**)__builtin_frame_address(0);                    \
     /* operator new keeps the guard across its inner malloc: general_* */ \
@@ -793,9 +834,10 @@ void check_consumer() {
     ret result = REAL(sym) args;                                       \
     /* fp read again: held across the call it would cost a register */ \
     if (void* p = (result_ptr))                                        \
-      record_alloc_now<ID_##sym>(p, size, (void**)__builtin_frame_address(0)); \
+      record_alloc_now<ID_##sym>(p, size, origin_of((void**)__builtin_frame_address(0))); \
     return result;                                                     \
   }                                                                    \
+  ENTRY_OF_##sym(sym, ret, params)                                     \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
   memhook_sample_##sym params {                                        \
     ThreadState& t = t_state;                                          \
@@ -856,6 +898,49 @@ HOOK_A(_ZnwmSt11align_val_tRKSt9nothrow_t, void*, (size_t n, size_t a, const voi
 HOOK_A(_ZnamSt11align_val_tRKSt9nothrow_t, void*, (size_t n, size_t a, const void* tag),
        (n, a, tag), n, result)
 
+// The record behind memhook_hook_malloc, with the origin as that entry found it.
+extern "C" __attribute__((visibility("hidden"), noinline, optimize("omit-frame-pointer"))) void*
+memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
+  return record_alloc_leaf<ID_malloc>(p, size, Origin{ret, frame});
+}
+
+// memhook_hook_malloc: full tracing's common case with no frame of its own, and the record a
+// tail call, neither of which a compiled hook can have (it needs the real call's result first).
+// Anything else (not tracing every call, a nested call) goes to the compiled hook, which
+// decides again. Its caller's frame pointer is still in %rbp; its return address at (%rsp).
+static_assert(kEvery == 1 && offsetof(ThreadState, in_hook) == 60 && ID_malloc == 1,
+              "memhook_hook_malloc reads these as constants");
+asm(R"(
+  .text
+  .globl memhook_hook_malloc
+  .type memhook_hook_malloc, @function
+  .p2align 4
+memhook_hook_malloc:
+  .cfi_startproc
+  cmpl $1, memhook_active_here(%rip)
+  jne 9f
+  movq memhook_t_state@gottpoff(%rip), %rax
+  cmpl $0, %fs:60(%rax)
+  jne 9f
+  pushq %rdi                    # the size, and the stack aligned for the call
+  .cfi_adjust_cfa_offset 8
+  call *memhook_g_real+8(%rip)
+  popq %rsi
+  .cfi_adjust_cfa_offset -8
+  testq %rax, %rax
+  je 1f
+  movq %rax, %rdi
+  movq %rsp, %rdx               # where the return address is
+  movq %rbp, %rcx               # the caller's frame
+  jmp memhook_record_malloc     # returns p
+1:
+  ret
+9:
+  jmp framed_malloc
+  .cfi_endproc
+  .size memhook_hook_malloc, .-memhook_hook_malloc
+)");
+
 HOOK_F(free, void, (void* p), (p))
 HOOK_F(_ZdlPv, void, (void* p), (p))
 HOOK_F(_ZdaPv, void, (void* p), (p))
@@ -898,7 +983,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   if (p && track_new) {
     size_t head = old_freed ? 5 : 3;
     uint64_t caller;
-    uint32_t n = backtrace(t, fp, at + head, &caller);
+    uint32_t n = backtrace(t, origin_of(fp), at + head, &caller);
     at[0] = header(old_freed ? kRealloc : kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
     at[1] = with_depth(t, (uint64_t)p, caller);
     at[2] = size;
