@@ -365,10 +365,7 @@ inline bool count_down(ThreadState& t, uint64_t size) {
 
 // The same decision for reallocs, countdown included.
 inline bool chosen(ThreadState& t, uint64_t size) {
-  if (g_sample_rate) {
-    t.sample_left = (int64_t)((uint64_t)t.sample_left - size);
-    if (__builtin_expect(t.sample_left > 0, 1)) return false;
-  }
+  if (g_sample_rate && __builtin_expect(count_down(t, size), 1)) return false;
   return chosen_slow(t, size);
 }
 
@@ -793,23 +790,9 @@ void check_consumer() {
   extern "C" __attribute__((visibility("default"), alias("framed_" #sym))) ret \
   memhook_hook_##sym params;
 #define ASM_ENTRY(sym, ret, params) extern "C" ret memhook_hook_##sym params;
-#define ENTRY_OF_malloc ASM_ENTRY
-#define ENTRY_OF_calloc FRAMED_ENTRY
-#define ENTRY_OF_aligned_alloc FRAMED_ENTRY
-#define ENTRY_OF_memalign FRAMED_ENTRY
-#define ENTRY_OF_valloc FRAMED_ENTRY
-#define ENTRY_OF_pvalloc FRAMED_ENTRY
-#define ENTRY_OF_posix_memalign FRAMED_ENTRY
-#define ENTRY_OF__Znwm FRAMED_ENTRY
-#define ENTRY_OF__Znam FRAMED_ENTRY
-#define ENTRY_OF__ZnwmRKSt9nothrow_t FRAMED_ENTRY
-#define ENTRY_OF__ZnamRKSt9nothrow_t FRAMED_ENTRY
-#define ENTRY_OF__ZnwmSt11align_val_t FRAMED_ENTRY
-#define ENTRY_OF__ZnamSt11align_val_t FRAMED_ENTRY
-#define ENTRY_OF__ZnwmSt11align_val_tRKSt9nothrow_t FRAMED_ENTRY
-#define ENTRY_OF__ZnamSt11align_val_tRKSt9nothrow_t FRAMED_ENTRY
+#define HOOK_A(...) HOOK_A_WITH(FRAMED_ENTRY, __VA_ARGS__)
 
-#define HOOK_A(sym, ret, params, args, size_expr, result_ptr)          \
+#define HOOK_A_WITH(ENTRY, sym, ret, params, args, size_expr, result_ptr) \
   __attribute__((noinline)) static ret general_##sym(void** fp, UNPAREN params) { \
     ThreadState& t = t_state;                                          \
     const uint64_t size = (size_expr);                                 \
@@ -837,7 +820,7 @@ void check_consumer() {
       record_alloc_now<ID_##sym>(p, size, origin_of((void**)__builtin_frame_address(0))); \
     return result;                                                     \
   }                                                                    \
-  ENTRY_OF_##sym(sym, ret, params)                                     \
+  ENTRY(sym, ret, params)                                              \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
   memhook_sample_##sym params {                                        \
     ThreadState& t = t_state;                                          \
@@ -879,7 +862,7 @@ void check_consumer() {
     return memhook_hook_##sym args;                                    \
   }
 
-HOOK_A(malloc, void*, (size_t n), (n), n, result)
+HOOK_A_WITH(ASM_ENTRY, malloc, void*, (size_t n), (n), n, result)
 HOOK_A(calloc, void*, (size_t c, size_t n), (c, n), c * n, result)
 HOOK_A(aligned_alloc, void*, (size_t a, size_t n), (a, n), n, result)
 HOOK_A(memalign, void*, (size_t a, size_t n), (a, n), n, result)
@@ -1119,7 +1102,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     if (c->real[id]) g_real[id] = (void*)c->real[id];
   // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
 #define ENTRY_A(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
-#define ENTRY_F(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
+#define ENTRY_F ENTRY_A
 #define ENTRY_R(sym) (void*)&memhook_hook_##sym
 #define ENTRY_L(sym) (void*)&memhook_hook_##sym
 #define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);
