@@ -3,7 +3,8 @@
 For each size from 16 B to 64 KiB: 100,000 mallocs (timed in batches of 1000, the batch freed
 untimed), median of ROUNDS rounds, measured unprofiled and with memhook attached, alternating
 CYCLES times in the same target process; prints ns/call and the ratio (attached / bare, medians
-over cycles) per size, plus the events memhook dropped.
+over cycles) per size, plus the events memhook dropped. The last row, "churn", times frees too:
+each call frees one of 64 live blocks at random and allocates 16..271 bytes in its place.
 
     sudo .venv/bin/python benchmarks/alloc_latency.py [--cycles 3] [--rounds 5] [--depth 40]
                                                       [-- memhook args, e.g. --sample-rate 512KiB]
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from driver import Session, Target, alternate, build, print_dropped
 
-SIZES = [16 << i for i in range(13)]  # 16 B .. 64 KiB
+SIZES = [16 << i for i in range(13)] + [0]  # 16 B .. 64 KiB, then churn (size 0)
 
 
 def main():
@@ -34,7 +35,7 @@ def main():
     ap.add_argument("--count", type=int, default=100_000)
     ap.add_argument("--depth", type=int, default=0, help="extra frames above each malloc")
     ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")], default=SIZES,
-                    help="comma-separated sizes (default 16,32,...,65536)")
+                    help="comma-separated sizes (default 16,32,...,65536,0; 0 is churn)")
     ap.add_argument("--verbose", action="store_true", help="also print every cycle's figures")
     ap.add_argument("--interleaved", action="store_true",
                     help="alternate unprofiled and hooked batches within each attached session")
@@ -58,7 +59,7 @@ def main():
         bb, bh = min(bare[s]), min(hooked[s])
         ratio = (statistics.median(x / y for x, y in zip(hooked[s], bare[s])) if a.interleaved
                  else h / b)
-        print(f"{s:>8} {b:>9.1f} {h:>11.1f} {ratio:>6.2f}x {bb:>10.1f} {bh:>13.1f} {bh / bb:>6.2f}x" +
+        print(f"{s or 'churn':>8} {b:>9.1f} {h:>11.1f} {ratio:>6.2f}x {bb:>10.1f} {bh:>13.1f} {bh / bb:>6.2f}x" +
               (f"   bare {bare[s]} memhook {hooked[s]}" if a.verbose else ""))
     events = 2 * a.cycles * len(sizes) * a.count * a.rounds  # mallocs and frees while attached
     print_dropped(dropped, events)

@@ -1,5 +1,7 @@
 /* The thesis' allocation-latency test: N mallocs of one size, timed in batches of 1000 (the
- * batch is freed untimed, so memory stays bounded), median of rounds. Commands on stdin:
+ * batch is freed untimed, so memory stays bounded), median of rounds. Size 0 is churn instead:
+ * each call frees one of 64 live blocks picked at random and allocates 16..271 bytes in its
+ * place, so frees are timed too. Commands on stdin:
  * "run SIZE COUNT ROUNDS [DEPTH]" prints "ns PER_CALL", the mallocs made DEPTH frames below
  * main (default 0: directly from the timing loop); "pair SIZE COUNT ROUNDS [DEPTH]" does the
  * same through the GOT and, alternating batch by batch, through copies of the real functions'
@@ -21,6 +23,20 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec;
 }
 
+/* Churn: a free and a malloc per call over 64 live blocks (both timed), the same pattern as
+ * the thread benchmark's workers. */
+static void* live[64];
+static unsigned seed = 1;
+__attribute__((noinline)) static uint64_t churn_batch(void* (*m)(size_t), void (*f)(void*)) {
+  uint64_t t0 = now_ns();
+  for (int i = 0; i < BATCH; i++) {
+    unsigned r = rand_r(&seed);
+    f(live[r % 64]);
+    live[r % 64] = m(16 + (r >> 8) % 256);
+  }
+  return now_ns() - t0;
+}
+
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -38,6 +54,10 @@ __attribute__((noinline)) static uint64_t timed_batch(void* (*m)(size_t), void (
   return t;
 }
 
+static uint64_t batch(void* (*m)(size_t), void (*f)(void*), size_t size) {
+  return size ? timed_batch(m, f, size) : churn_batch(m, f);
+}
+
 static void* (*volatile bare_malloc)(size_t);
 static void (*volatile bare_free)(void*);
 
@@ -52,11 +72,11 @@ static double pair(size_t size, size_t count, size_t rounds) {
   for (size_t r = 0; r < rounds; r++) {
     for (size_t done = 0; done < count && n < MAX_BATCHES; done += BATCH, n++) {
       if (n & 1) { /* each goes first half the time */
-        bare_per[n] = (double)timed_batch(bare_malloc, bare_free, size) / BATCH;
-        hooked_per[n] = (double)timed_batch(malloc, free, size) / BATCH;
+        bare_per[n] = (double)batch(bare_malloc, bare_free, size) / BATCH;
+        hooked_per[n] = (double)batch(malloc, free, size) / BATCH;
       } else {
-        hooked_per[n] = (double)timed_batch(malloc, free, size) / BATCH;
-        bare_per[n] = (double)timed_batch(bare_malloc, bare_free, size) / BATCH;
+        hooked_per[n] = (double)batch(malloc, free, size) / BATCH;
+        bare_per[n] = (double)batch(bare_malloc, bare_free, size) / BATCH;
       }
     }
   }
@@ -71,7 +91,7 @@ static double measure(size_t size, size_t count, size_t rounds) {
   if (rounds > 64) rounds = 64;
   for (size_t r = 0; r < rounds; r++) {
     uint64_t total = 0;
-    for (size_t done = 0; done < count; done += BATCH) total += timed_batch(malloc, free, size);
+    for (size_t done = 0; done < count; done += BATCH) total += batch(malloc, free, size);
     per[r] = (double)total / (double)count;
   }
   qsort(per, rounds, sizeof *per, cmp);
