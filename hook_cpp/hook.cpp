@@ -388,7 +388,7 @@ inline uint64_t table_swap(ThreadState& t, uint64_t p, uint64_t live, uint64_t w
 // Sampling mode: a counting filter of the sampled blocks still live, so that the free of a block
 // that was not sampled (nearly every free) reads one byte of a 4 KiB array the core keeps close,
 // not the pointer's entry in the 32 MiB address table (an entry far from anything else the free
-// touches: a malloc/free loop ran 1.5x slower for that one load). A counter is raised when a
+// touches: malloc/free loops ran 1.2-1.5x slower for that one load). A counter is raised when a
 // block is sampled and lowered when its free is recorded; zero: no sampled block lives there.
 // Lost table entries only leave counters raised (the table is still asked); 255 sticks.
 alignas(64) uint8_t g_sampled[4096];
