@@ -405,12 +405,10 @@ __attribute__((noinline)) void count_sampled(uint64_t p, int delta) {
   }
 }
 
-inline bool maybe_sampled(uint64_t p) {
-  return __atomic_load_n(sampled_counter(p), __ATOMIC_RELAXED) != 0;
-}
-
-// Sampling mode: does the table say `p` is a sampled block still live?
-inline bool table_live(uint64_t p) {
+// Sampling mode: is `p` a sampled block still live? The filter says no for nearly every block;
+// the address table answers for the rest.
+inline bool sampled_live(uint64_t p) {
+  if (!__atomic_load_n(sampled_counter(p), __ATOMIC_RELAXED)) return false;
   TableIndex ti = table_index(p);
   uint64_t e = __atomic_load_n(g_table + ti.index, __ATOMIC_RELAXED);
   return (e >> kTagShift) == ti.tag && (e & kLive);
@@ -862,7 +860,7 @@ void check_consumer() {
   }
 
 // Frees are recorded before the real call. In sampling mode only frees of sampled blocks are
-// recorded; the table knows which, and the sampling entry (memhook_sample_*) passes every
+// recorded (sampled_live says which), and the sampling entry (memhook_sample_*) passes every
 // other free straight to the real function. Plain free calls nothing hooked: on its short path
 // the guard ends before it, and it is a tail call.
 #define HOOK_F(sym, ret, params, args)                                 \
@@ -870,11 +868,9 @@ void check_consumer() {
     if (!p) return REAL(sym) args;                                     \
     PASS_THROUGH(sym, args)                                            \
     enter(t);                                                          \
-    if (!g_sample_rate) {                                              \
+    if (!g_sample_rate || sampled_live((uint64_t)p)) {                 \
       record_free(t, ID_##sym, p, fp);                                 \
-    } else if (table_live((uint64_t)p)) {                              \
-      record_free(t, ID_##sym, p, fp);                                 \
-      count_sampled((uint64_t)p, -1);                                  \
+      if (g_sample_rate) count_sampled((uint64_t)p, -1);               \
     }                                                                  \
     REAL(sym) args;                                                    \
     leave(t);                                                          \
@@ -892,8 +888,7 @@ void check_consumer() {
   }                                                                    \
   extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
   memhook_sample_##sym params {                                        \
-    if (!p || !maybe_sampled((uint64_t)p) || !table_live((uint64_t)p)) \
-      return REAL(sym) args;                                           \
+    if (!p || !sampled_live((uint64_t)p)) return REAL(sym) args;       \
     return memhook_hook_##sym args;                                    \
   }
 
@@ -1033,8 +1028,7 @@ static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(re
   extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
     PASS_THROUGH(sym, args)                                            \
     uint64_t size = (size_expr);                                       \
-    bool track_old = p && (!g_sample_rate || (maybe_sampled((uint64_t)p) && \
-                                              table_live((uint64_t)p)));  \
+    bool track_old = p && (!g_sample_rate || sampled_live((uint64_t)p)); \
     bool track_new = !g_selective || chosen(t, size);                  \
     if (!track_old && !track_new) return REAL(sym) args;               \
     t.in_hook = 1;                                                     \
