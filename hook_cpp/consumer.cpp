@@ -206,7 +206,8 @@ class Consumer {
     base_ = (uint8_t*)m;
     ctl_ = (Control*)m;
     if (ctl_->magic != kMagic || ctl_->version != kVersion ||
-        bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes))
+        ctl_->depth > (uint32_t)kMaxDepth ||
+        bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes, ctl_->depth))
       throw std::runtime_error("segment has the wrong format");
     rings_.assign(ctl_->nrings, RingState{});
     sample_rate_ = double(ctl_->sample_rate);
@@ -495,6 +496,7 @@ class Consumer {
     bool blocked = false;  // its next event waits for another ring
     bool force = false;    // apply the next event without waiting
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
+    uint32_t slot_stack[kStackSlots] = {};  // the stack each of its stack slots holds
   };
 
   // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
@@ -610,8 +612,15 @@ class Consumer {
         // The allocating call's frame bounds the hook's from above: frames below it returned.
         const uint64_t below = frame ? frame - 1 : 0;
         if (kind == kRealloc) apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1});
-        apply({ts, ptr, at[2], below, frame, intern(at + (kind == kAlloc ? 3 : 5), nf), rs.tid,
-               op, 0});
+        const uint32_t slot = uint32_t(at[2] >> kSlotShift);  // 1 + the slot, or 0
+        uint32_t stack;
+        if (kind == kAlloc && nf == 0) {  // the stack this ring's slot holds
+          stack = slot && slot <= kStackSlots ? rs.slot_stack[slot - 1] : 0;
+        } else {
+          stack = intern(at + (kind == kAlloc ? 3 : 5), nf);
+          if (kind == kAlloc && slot && slot <= kStackSlots) rs.slot_stack[slot - 1] = stack;
+        }
+        apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0});
       }
       rs.read = rd;  // satisfied() looks here
     }
@@ -845,7 +854,7 @@ void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth
     throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
   if (depth < 1 || depth > (uint32_t)kMaxDepth)
     throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
-  size_t bytes = segment_bytes(nrings, ring_bytes);
+  size_t bytes = segment_bytes(nrings, ring_bytes, depth);
   if (ftruncate(fd, (off_t)bytes) != 0) throw std::runtime_error("cannot size segment");
   void* m = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
@@ -885,9 +894,6 @@ PYBIND11_MODULE(_native, m) {
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
         py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
         py::arg("abandon_after_s"), py::arg("sample_rate") = 0);
-  m.def("segment_bytes", [](uint32_t nrings, uint32_t ring_bytes) {
-    return segment_bytes(nrings, ring_bytes);
-  });
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;

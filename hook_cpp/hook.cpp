@@ -62,6 +62,8 @@ const SymbolTable kSymbols;
 void* g_real[kMaxHooks] asm("memhook_g_real");
 Control* g_ctl;
 uint8_t* g_rings;
+uint8_t* g_stack_caches;  // kStackSlots StackCache entries per ring (segment.h)
+uint32_t g_stack_stride;  // bytes per entry
 uint64_t* g_table;  // the address table (segment.h)
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
@@ -81,6 +83,7 @@ struct ThreadState {
   uintptr_t stack_lo, stack_hi;
   uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
+  uint8_t* stacks;   // the ring's stack caches
   // Slow paths only.
   uint8_t* data;         // the ring's data area
   uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
@@ -290,6 +293,10 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
     t.ring = got;
     t.data = (uint8_t*)(got + 1);
+    // The slots' stacks were another thread's (or none): forget them. The consumer learns a
+    // slot's stack from the record that fills it, in this ring's order.
+    t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
+    for (uint32_t s = 0; s < kStackSlots; s++) ((StackCache*)(t.stacks + s * g_stack_stride))->sp = 0;
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = 0;  // the first reserve takes the slow path and computes it
@@ -458,6 +465,64 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t* out, uint64_t* 
   return uint32_t(o - out);
 }
 
+// ---- The ring's stack slots (StackCache, segment.h). ----
+
+// The slot a call from `from` uses: its return address and stack pointer pick it, so that a
+// wrapper (one call site, many stacks) called from different depths uses different slots.
+inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32_t* slot) {
+  constexpr int bits = __builtin_ctz(kStackSlots);
+  *slot = uint32_t(((ret0 ^ (uint64_t)from.ret) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+  return (StackCache*)(t.stacks + *slot * g_stack_stride);
+}
+
+// Would backtrace() from `from` yield the stack `c` holds? The same key, then the 2n words that
+// walk read, compared 16 bytes at a time at the addresses the slot recorded: no load waits for
+// another, where the walk follows a chain. Every address read lies between the caller's frame
+// and the top of this thread's stack (the walk that filled the slot checked them, on this
+// thread: claim_ring empties the slots), so nothing read can fault.
+inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
+  if (c->sp != (uint64_t)from.ret || c->frame != (uint64_t)from.frame || c->ret0 != ret0)
+    return false;
+  const uint32_t n = uint32_t(c->meta & 0xff);
+  __m128i diff = _mm_setzero_si128();
+  const void* f = from.frame;
+  for (uint32_t i = 0; i < n; i++) {
+    const __m128i want = _mm_load_si128((const __m128i*)&c->pairs[i]);
+    diff = _mm_or_si128(diff, _mm_xor_si128(_mm_loadu_si128((const __m128i*)f), want));
+    f = (const void*)c->pairs[i].next;
+  }
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
+}
+
+// backtrace(), keeping the walk in slot `c` when it could be made (not for a call off this
+// thread's stack).
+inline uint32_t backtrace_kept(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
+                               uint64_t* caller, StackCache* c) {
+  uint64_t* o = out;
+  uint64_t* const end = out + g_depth;
+  *o++ = ret0;
+  *caller = 0;
+  const uintptr_t lo = t.stack_lo, hi = t.stack_hi, top = hi - 16;
+  void** f = from.frame;
+  if ((uintptr_t)from.ret - lo < hi - lo && (uintptr_t)f > (uintptr_t)from.ret &&
+      (uintptr_t)f <= top) {
+    *caller = (uint64_t)f;
+    StackCache::Pair* pr = c->pairs;
+    while (o < end) {
+      const uint64_t next = (uint64_t)f[0], ret = (uint64_t)f[1];
+      *o++ = ret;
+      *pr++ = {next, ret};
+      if (next <= (uintptr_t)f || next > top) break;
+      f = (void**)next;
+    }
+    c->sp = (uint64_t)from.ret;
+    c->frame = (uint64_t)from.frame;
+    c->ret0 = ret0;
+    c->meta = with_depth(t, 0, *caller) | uint64_t(pr - c->pairs);
+  }
+  return uint32_t(o - out);
+}
+
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
 
 inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
@@ -493,11 +558,22 @@ inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes) {
 __attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
                                                          uint64_t w, int op, void* p,
                                                          uint64_t size, Origin from) {
-  at[2] = size;
+  const uint64_t ret0 = (uint64_t)*from.ret;
+  uint32_t slot;
+  StackCache* c = stack_slot(t, ret0, from, &slot);
+  const uint64_t dep = table_swap(t, (uint64_t)p, kLive, w);
+  size &= kSizeMask;
+  if (same_stack(c, from, ret0)) {  // the slot's stack again: no frames
+    at[1] = ((uint64_t)p & kPtrMask) | (c->meta & ~kPtrMask);
+    at[2] = size | uint64_t(slot + 1) << kSlotShift;
+    at[0] = header(kAlloc, op, 0, dep);
+    return 3;
+  }
   uint64_t caller;
-  uint32_t n = backtrace(t, from, at + 3, &caller);
+  uint32_t n = backtrace_kept(t, from, ret0, at + 3, &caller, c);
   at[1] = with_depth(t, (uint64_t)p, caller);
-  at[0] = header(kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
+  at[2] = size | (caller ? uint64_t(slot + 1) << kSlotShift : 0);
+  at[0] = header(kAlloc, op, n, dep);
   return 3 + n;
 }
 
@@ -776,7 +852,7 @@ __attribute__((noinline)) void abandon() {
   restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
   restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
-  madvise(g_table, table_bytes() + size_t(g_nrings) * ring_stride(g_ring_bytes), MADV_REMOVE);
+  madvise(g_table, segment_bytes(g_nrings, g_ring_bytes, g_depth) - table_offset(), MADV_REMOVE);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }
 
@@ -1107,7 +1183,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   }
   Control* c = (Control*)m;
   if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
-      bytes < segment_bytes(c->nrings, c->ring_bytes) || c->depth > kMaxDepth ||
+      bytes < segment_bytes(c->nrings, c->ring_bytes, c->depth) || c->depth > kMaxDepth ||
       c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
     munmap(m, bytes);
     close(fd);
@@ -1123,6 +1199,8 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   memhook_ctl = c;
   g_table = (uint64_t*)((uint8_t*)m + table_offset());
   g_rings = (uint8_t*)m + rings_offset();
+  g_stack_caches = (uint8_t*)m + stack_caches_offset(c->nrings, c->ring_bytes);
+  g_stack_stride = (uint32_t)stack_cache_stride(c->depth);
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;
   g_depth = c->depth;

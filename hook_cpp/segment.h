@@ -18,7 +18,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -97,7 +97,7 @@ struct alignas(64) RingHeader {
 
 // Records are sequences of 8-byte words, the first a header:
 //   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
-// kAlloc   hdr(aux=dep) ptr+depth size frames...          (depth of the allocating function)
+// kAlloc   hdr(aux=dep) ptr+depth size+slot frames...     (depth of the allocating function)
 // kRealloc hdr(aux=dep of ptr) ptr+depth size old dep_of_old frames...
 // kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
 // kNop     hdr          (a realloc that failed)
@@ -108,6 +108,11 @@ struct alignas(64) RingHeader {
 // top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
 // block was freed while the call that allocated it was still active.
 //
+// size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
+// frames are kept in (0: none). A kAlloc with frames and a slot fills the slot; one with no
+// frames (a walk always yields the call site) repeats the stack the slot holds: the writer keeps
+// the same stacks (StackCache) and sends a stack only when it differs from the slot's.
+//
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
 // of that ring is past its start.
@@ -116,6 +121,9 @@ enum EventKind : uint8_t {
 };
 constexpr int kDepShift = 24;  // where the aux field starts in a header
 constexpr int kPtrBits = 47;   // user-space pointers
+constexpr int kSlotShift = 56;
+constexpr uint64_t kSizeMask = (uint64_t(1) << kSlotShift) - 1;
+constexpr uint32_t kStackSlots = 32;  // per ring; a power of two
 constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
 
 constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
@@ -139,12 +147,32 @@ inline TableIndex table_index(uint64_t p) {
   return {(a ^ (tag * 0x9E3779B97F4A7C15ull >> 40)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 
+// The writer's side of a ring's stack slots, written and read by the hooks alone: the frame
+// walk each slot's stack came from, so that an allocation from the same stack is recognised
+// without walking. Key: the call's stack pointer (the return address's slot), its caller's frame
+// pointer and return address. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the
+// next frame) and f_i[1] (a return address); `pairs` holds those words. The same key and the
+// same 2n words now mean the same walk, and those loads do not depend on one another.
+struct StackCache {
+  uint64_t sp, frame, ret0;
+  uint64_t meta;  // the pointer word's depth bits (above kPtrBits) | n
+  struct Pair {
+    uint64_t next, ret;
+  } pairs[];  // n <= depth
+};
+inline size_t stack_cache_stride(uint32_t depth) { return sizeof(StackCache) + 16 * size_t(depth); }
+
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 inline size_t table_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
 inline size_t table_bytes() { return size_t(8) << kTableBits; }
 inline size_t rings_offset() { return table_offset() + table_bytes(); }
-inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes) {
+// The rings' stack caches, after the rings: kStackSlots entries per ring.
+inline size_t stack_caches_offset(uint32_t nrings, uint32_t ring_bytes) {
   return rings_offset() + size_t(nrings) * ring_stride(ring_bytes);
+}
+inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
+  return stack_caches_offset(nrings, ring_bytes) +
+         size_t(nrings) * kStackSlots * stack_cache_stride(depth);
 }
 
 }  // namespace memhook

@@ -115,3 +115,17 @@ def test_backtrace_depth(tmp_path, targets):
         assert len(frames) == depth
         assert all(f["function"] == "deep" for f in frames)
     assert target.finish() == 0
+
+
+def test_same_call_site_from_different_callers(tmp_path, targets):
+    """Alternating stacks that agree at the call site (same stack pointer, frame and return
+    address) and differ two frames up: each allocation is charged to its own stack."""
+    target, _ = lifecycle(tmp_path, targets)
+    mh = Memhook(target.pid, tmp_path)
+    target.command("twins")
+    report = mh.stop()
+    a, b = site(report, "twin_a", frame=2), site(report, "twin_b", frame=2)
+    assert [f["function"] for f in a["frames"][:2]] == ["twin_leaf", "twin_mid"]
+    assert (a["alloc_count"], a["outstanding_bytes"]) == (300, 300 * 111)
+    assert (b["alloc_count"], b["outstanding_bytes"]) == (200, 200 * 222)
+    assert target.finish() == 0

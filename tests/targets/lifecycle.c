@@ -42,6 +42,13 @@ NOINLINE static char* factory(void) { char* p = malloc(400); memset(p, 1, 400); 
 NOINLINE static void freed_by_caller(void) {
   for (int i = 0; i < 10; i++) { char* p = factory(); p[1] = 2; free(p); }
 }
+/* Two paths to one call site through frames of the same sizes: at the malloc, the stack pointer,
+ * the frame pointer and the return address are the same on both; only the return addresses
+ * further up differ (the hooks' stack slots must tell them apart). */
+NOINLINE static void twin_leaf(size_t n) { memset(malloc(n), 1, 1); }
+NOINLINE static void twin_mid(size_t n) { twin_leaf(n); __asm__ volatile("" ::: "memory"); }
+NOINLINE static void twin_a(void) { twin_mid(111); __asm__ volatile("" ::: "memory"); }
+NOINLINE static void twin_b(void) { twin_mid(222); __asm__ volatile("" ::: "memory"); }
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -53,6 +60,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "sizes")) sized_allocs();
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
+    else if (!strcmp(cmd, "twins"))
+      for (int i = 0; i < 300; i++) { twin_a(); if (i < 200) twin_b(); }
     else if (!strcmp(cmd, "inlined")) inlined_leak();
     else if (!strcmp(cmd, "calls")) { scratch_in_call(); freed_deeper(); freed_by_caller(); }
     else if (!strcmp(cmd, "fork")) {
