@@ -438,33 +438,6 @@ struct Origin {
 };
 inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
 
-// Frame-pointer walk from the call site. Each frame pointer followed must lie above the
-// previous one (the first above the return-address slot) and below the top of this thread's
-// stack, so every read stays on the stack between the hook and its top: code built without
-// frame pointers ends the walk (or adds a bogus address), never faults. A hook off the thread's
-// stack (a signal stack) yields the call site alone. Returns the frames written to `out`;
-// *caller: the allocating function's frame base, or 0.
-inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t* out, uint64_t* caller) {
-  uint64_t* o = out;
-  uint64_t* const end = out + g_depth;
-  *o++ = (uint64_t)*from.ret;
-  *caller = 0;
-  const uintptr_t lo = t.stack_lo, hi = t.stack_hi, top = hi - 16;
-  void** f = from.frame;
-  // Unknown bounds (0, 0) fail the first test.
-  if ((uintptr_t)from.ret - lo < hi - lo && (uintptr_t)f > (uintptr_t)from.ret &&
-      (uintptr_t)f <= top) {
-    *caller = (uint64_t)f;
-    while (o < end) {
-      *o++ = (uint64_t)f[1];
-      void** next = (void**)f[0];
-      if ((uintptr_t)next <= (uintptr_t)f || (uintptr_t)next > top) break;
-      f = next;
-    }
-  }
-  return uint32_t(o - out);
-}
-
 // ---- The ring's stack slots (StackCache, segment.h). ----
 
 // The slot a call from `from` uses: its return address and stack pointer pick it, so that a
@@ -494,10 +467,15 @@ inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
 }
 
-// backtrace(), keeping the walk in slot `c` when it could be made (not for a call off this
-// thread's stack).
-inline uint32_t backtrace_kept(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
-                               uint64_t* caller, StackCache* c) {
+// Frame-pointer walk from the call site (ret0, the return address in from.ret). Each frame
+// pointer followed must lie above the previous one (the first above the return-address slot)
+// and below the top of this thread's stack, so every read stays on the stack between the hook
+// and its top: code built without frame pointers ends the walk (or adds a bogus address), never
+// faults. A hook off the thread's stack (a signal stack) yields the call site alone. Returns the
+// frames written to `out`; *caller: the allocating function's frame base, or 0. A walk that
+// could be made is kept in slot `c`.
+inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
+                          uint64_t* caller, StackCache* c) {
   uint64_t* o = out;
   uint64_t* const end = out + g_depth;
   *o++ = ret0;
@@ -521,6 +499,25 @@ inline uint32_t backtrace_kept(ThreadState& t, Origin from, uint64_t ret0, uint6
     c->meta = with_depth(t, 0, *caller) | uint64_t(pr - c->pairs);
   }
   return uint32_t(o - out);
+}
+
+// An allocation record's pointer word, size word and frames (none when a slot holds the stack).
+struct StackWords {
+  uint64_t ptr, size;
+  uint32_t nframes;
+};
+__attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Origin from,
+                                                             uint64_t p, uint64_t size,
+                                                             uint64_t* frames) {
+  const uint64_t ret0 = (uint64_t)*from.ret;
+  uint32_t slot;
+  StackCache* c = stack_slot(t, ret0, from, &slot);
+  size &= kSizeMask;
+  if (same_stack(c, from, ret0))  // the slot's stack again: no frames
+    return {(p & kPtrMask) | (c->meta & ~kPtrMask), size | uint64_t(slot + 1) << kSlotShift, 0};
+  uint64_t caller;
+  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  return {with_depth(t, p, caller), size | (caller ? uint64_t(slot + 1) << kSlotShift : 0), n};
 }
 
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
@@ -558,23 +555,12 @@ inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes) {
 __attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
                                                          uint64_t w, int op, void* p,
                                                          uint64_t size, Origin from) {
-  const uint64_t ret0 = (uint64_t)*from.ret;
-  uint32_t slot;
-  StackCache* c = stack_slot(t, ret0, from, &slot);
   const uint64_t dep = table_swap(t, (uint64_t)p, kLive, w);
-  size &= kSizeMask;
-  if (same_stack(c, from, ret0)) {  // the slot's stack again: no frames
-    at[1] = ((uint64_t)p & kPtrMask) | (c->meta & ~kPtrMask);
-    at[2] = size | uint64_t(slot + 1) << kSlotShift;
-    at[0] = header(kAlloc, op, 0, dep);
-    return 3;
-  }
-  uint64_t caller;
-  uint32_t n = backtrace_kept(t, from, ret0, at + 3, &caller, c);
-  at[1] = with_depth(t, (uint64_t)p, caller);
-  at[2] = size | (caller ? uint64_t(slot + 1) << kSlotShift : 0);
-  at[0] = header(kAlloc, op, n, dep);
-  return 3 + n;
+  const StackWords s = stack_words(t, from, (uint64_t)p, size, at + 3);
+  at[1] = s.ptr;
+  at[2] = s.size;
+  at[0] = header(kAlloc, op, s.nframes, dep);
+  return 3 + s.nframes;
 }
 
 __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p, uint64_t size,
@@ -1075,16 +1061,16 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   size_t words = 1;
   if (p && track_new) {
     size_t head = old_freed ? 5 : 3;
-    uint64_t caller;
-    uint32_t n = backtrace(t, origin_of(fp), at + head, &caller);
-    at[0] = header(old_freed ? kRealloc : kAlloc, op, n, table_swap(t, (uint64_t)p, kLive, w));
-    at[1] = with_depth(t, (uint64_t)p, caller);
-    at[2] = size;
+    const StackWords s = stack_words(t, origin_of(fp), (uint64_t)p, size, at + head);
+    at[0] = header(old_freed ? kRealloc : kAlloc, op, s.nframes,
+                   table_swap(t, (uint64_t)p, kLive, w));
+    at[1] = s.ptr;
+    at[2] = s.size;
     if (old_freed) {
       at[3] = (uint64_t)old;
       at[4] = dep_old;
     }
-    words = head + n;
+    words = head + s.nframes;
   } else if (old_freed) {
     at[0] = header(kFree, op, 0, dep_old);
     at[1] = with_depth(t, (uint64_t)old, (uint64_t)fp);

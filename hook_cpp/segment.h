@@ -98,7 +98,7 @@ struct alignas(64) RingHeader {
 // Records are sequences of 8-byte words, the first a header:
 //   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
 // kAlloc   hdr(aux=dep) ptr+depth size+slot frames...     (depth of the allocating function)
-// kRealloc hdr(aux=dep of ptr) ptr+depth size old dep_of_old frames...
+// kRealloc hdr(aux=dep of ptr) ptr+depth size+slot old dep_of_old frames...
 // kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
 // kNop     hdr          (a realloc that failed)
 // kTime    hdr ts       (clock reading; events after it happened no earlier)
@@ -109,8 +109,8 @@ struct alignas(64) RingHeader {
 // block was freed while the call that allocated it was still active.
 //
 // size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
-// frames are kept in (0: none). A kAlloc with frames and a slot fills the slot; one with no
-// frames (a walk always yields the call site) repeats the stack the slot holds: the writer keeps
+// frames are kept in (0: none). A kAlloc or kRealloc with frames and a slot fills the slot; one
+// with no frames (a walk always yields the call site) repeats the stack the slot holds: the writer keeps
 // the same stacks (StackCache) and sends a stack only when it differs from the slot's.
 //
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start

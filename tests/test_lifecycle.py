@@ -119,13 +119,25 @@ def test_backtrace_depth(tmp_path, targets):
 
 def test_same_call_site_from_different_callers(tmp_path, targets):
     """Alternating stacks that agree at the call site (same stack pointer, frame and return
-    address) and differ two frames up: each allocation is charged to its own stack."""
+    address) and differ two frames up, then one of them alone: each allocation is charged to
+    its own stack. With a realloc: the grown block is charged to the realloc's stack, the
+    small one it replaced is freed."""
     target, _ = lifecycle(tmp_path, targets)
-    mh = Memhook(target.pid, tmp_path)
-    target.command("twins")
-    report = mh.stop()
-    a, b = site(report, "twin_a", frame=2), site(report, "twin_b", frame=2)
-    assert [f["function"] for f in a["frames"][:2]] == ["twin_leaf", "twin_mid"]
-    assert (a["alloc_count"], a["outstanding_bytes"]) == (300, 300 * 111)
-    assert (b["alloc_count"], b["outstanding_bytes"]) == (200, 200 * 222)
+    for command in ("twins", "twins_grow"):
+        mh = Memhook(target.pid, tmp_path)
+        target.command(command)
+        report = mh.stop()
+        for caller, calls, size in (("twin_a", 300, 111), ("twin_b", 200, 222)):
+            sites = [s for s in report["sites"] if len(s["frames"]) > 2
+                     and s["frames"][2]["function"] == caller]
+            assert all([f["function"] for f in s["frames"][:2]] == ["twin_leaf", "twin_mid"]
+                       for s in sites)
+            kept = [(s["alloc_count"], s["outstanding_bytes"]) for s in sites
+                    if s["outstanding_bytes"]]
+            assert kept == [(calls, calls * size)], (command, caller, kept)
+            freed = [s for s in sites if not s["outstanding_bytes"]]
+            if command == "twins_grow":
+                assert [(s["alloc_count"], s["free_count"]) for s in freed] == [(calls, calls)]
+            else:
+                assert not freed
     assert target.finish() == 0

@@ -45,7 +45,12 @@ NOINLINE static void freed_by_caller(void) {
 /* Two paths to one call site through frames of the same sizes: at the malloc, the stack pointer,
  * the frame pointer and the return address are the same on both; only the return addresses
  * further up differ (the hooks' stack slots must tell them apart). */
-NOINLINE static void twin_leaf(size_t n) { memset(malloc(n), 1, 1); }
+static int twin_grow; /* the block is allocated small and grown by realloc to its size */
+NOINLINE static void twin_leaf(size_t n) {
+  char* p = malloc(twin_grow ? 8 : n);
+  if (twin_grow) p = realloc(p, n);
+  memset(p, 1, 1);
+}
 NOINLINE static void twin_mid(size_t n) { twin_leaf(n); __asm__ volatile("" ::: "memory"); }
 NOINLINE static void twin_a(void) { twin_mid(111); __asm__ volatile("" ::: "memory"); }
 NOINLINE static void twin_b(void) { twin_mid(222); __asm__ volatile("" ::: "memory"); }
@@ -60,8 +65,10 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "sizes")) sized_allocs();
     else if (!strcmp(cmd, "second")) second_leak();
     else if (!strcmp(cmd, "deep")) deep(60);
-    else if (!strcmp(cmd, "twins"))
+    else if (!strcmp(cmd, "twins") || !strcmp(cmd, "twins_grow")) {
+      twin_grow = !strcmp(cmd, "twins_grow");
       for (int i = 0; i < 300; i++) { twin_a(); if (i < 200) twin_b(); }
+    }
     else if (!strcmp(cmd, "inlined")) inlined_leak();
     else if (!strcmp(cmd, "calls")) { scratch_in_call(); freed_deeper(); freed_by_caller(); }
     else if (!strcmp(cmd, "fork")) {
