@@ -15,6 +15,12 @@ from pathlib import Path
 
 import pytest
 
+# Tests interrupt memhook as a terminal's Ctrl-C would. A suite started in the background by a
+# non-interactive shell inherits SIGINT ignored, and every child would too (Python then keeps
+# it ignored until memhook installs its own handler): give children the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 TARGETS = Path(__file__).parent / "targets"
 DEFAULT_FLAGS = ["-g", "-O0", "-fno-omit-frame-pointer"]
 
