@@ -613,12 +613,13 @@ class Consumer {
         const uint64_t below = frame ? frame - 1 : 0;
         if (kind == kRealloc) apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1});
         const uint32_t slot = uint32_t(at[2] >> kSlotShift);  // 1 + the slot, or 0
+        uint32_t* held = slot && slot <= kStackSlots ? &rs.slot_stack[slot - 1] : nullptr;
         uint32_t stack;
-        if (nf == 0) {  // the stack this ring's slot holds (a walk yields at least the call site)
-          stack = slot && slot <= kStackSlots ? rs.slot_stack[slot - 1] : 0;
+        if (nf == 0) {  // the slot's stack (a walk yields at least the call site)
+          stack = held ? *held : 0;
         } else {
           stack = intern(at + (kind == kAlloc ? 3 : 5), nf);
-          if (slot && slot <= kStackSlots) rs.slot_stack[slot - 1] = stack;
+          if (held) *held = stack;
         }
         apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0});
       }

@@ -181,6 +181,11 @@ RingHeader* ring_at(uint32_t i) {
   return (RingHeader*)(g_rings + size_t(i) * ring_stride(g_ring_bytes));
 }
 
+// Stack slot `slot` of this thread's ring (StackCache, segment.h).
+inline StackCache* stack_cache_at(ThreadState& t, uint32_t slot) {
+  return (StackCache*)(t.stacks + slot * g_stack_stride);
+}
+
 bool try_take(RingHeader* r, uint32_t expected, uint32_t tid) {
   return __atomic_compare_exchange_n(&r->owner, &expected, tid, false, __ATOMIC_ACQUIRE,
                                      __ATOMIC_RELAXED);
@@ -296,7 +301,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     // The slots' stacks were another thread's (or none): forget them. The consumer learns a
     // slot's stack from the record that fills it, in this ring's order.
     t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
-    for (uint32_t s = 0; s < kStackSlots; s++) ((StackCache*)(t.stacks + s * g_stack_stride))->sp = 0;
+    for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->sp = 0;
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = 0;  // the first reserve takes the slow path and computes it
@@ -445,7 +450,7 @@ inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
 inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32_t* slot) {
   constexpr int bits = __builtin_ctz(kStackSlots);
   *slot = uint32_t(((ret0 ^ (uint64_t)from.ret) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
-  return (StackCache*)(t.stacks + *slot * g_stack_stride);
+  return stack_cache_at(t, *slot);
 }
 
 // Would backtrace() from `from` yield the stack `c` holds? The same key, then the 2n words that

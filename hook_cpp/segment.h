@@ -110,8 +110,9 @@ struct alignas(64) RingHeader {
 //
 // size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
 // frames are kept in (0: none). A kAlloc or kRealloc with frames and a slot fills the slot; one
-// with no frames (a walk always yields the call site) repeats the stack the slot holds: the writer keeps
-// the same stacks (StackCache) and sends a stack only when it differs from the slot's.
+// with no frames (a walk always yields the call site) repeats the stack the slot holds: the
+// writer keeps the same stacks (StackCache) and sends a stack only when it differs from the
+// slot's.
 //
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
