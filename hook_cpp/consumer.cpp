@@ -285,12 +285,21 @@ class Consumer {
     return total;
   }
 
-  uint64_t dropped() const {
+  // Events the hooks dropped (the rings were full or all owned): all of them, and the frees.
+  struct Dropped {
+    uint64_t events = 0, frees = 0;
+  };
+  Dropped dropped_counts() const {
     if (released_) return dropped_at_release_;
-    uint64_t d = __atomic_load_n(&ctl_->dropped_no_ring, __ATOMIC_RELAXED);
-    for (uint32_t i = 0; i < ctl_->nrings; i++) d += __atomic_load_n(&ring(i)->dropped, __ATOMIC_RELAXED);
+    Dropped d{__atomic_load_n(&ctl_->dropped_no_ring, __ATOMIC_RELAXED),
+              __atomic_load_n(&ctl_->dropped_frees_no_ring, __ATOMIC_RELAXED)};
+    for (uint32_t i = 0; i < ctl_->nrings; i++) {
+      d.events += __atomic_load_n(&ring(i)->dropped, __ATOMIC_RELAXED);
+      d.frees += __atomic_load_n(&ring(i)->dropped_frees, __ATOMIC_RELAXED);
+    }
     return d;
   }
+  uint64_t dropped() const { return dropped_counts().events; }
 
   py::dict totals() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -314,7 +323,9 @@ class Consumer {
     d["outstanding_count"] = t.out_count;
     d["outstanding_bytes"] = t.out_bytes;
     d["unknown_free_count"] = unknown_frees_;
-    d["dropped_events"] = dropped();
+    const Dropped dropped = dropped_counts();
+    d["dropped_events"] = dropped.events;
+    d["dropped_frees"] = dropped.frees;
     d["replaced_live_count"] = replaced_live_;
     d["events"] = applied_;
     d["unordered_events"] = unordered_;
@@ -458,7 +469,7 @@ class Consumer {
   void release_rings() {
     stop();
     std::lock_guard<std::mutex> lock(mutex_);
-    dropped_at_release_ = dropped();  // the counters live in the pages released below
+    dropped_at_release_ = dropped_counts();  // the counters live in the pages released below
     released_ = true;
     size_t off = rings_offset();
     fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)(bytes_ - off));
@@ -840,7 +851,7 @@ class Consumer {
   bool released_ = false;
   bool record_events_ = false;
   std::vector<LoggedEvent> log_;
-  uint64_t dropped_at_release_ = 0;
+  Dropped dropped_at_release_;
 };
 
 // Size and fill a new segment file (created by Python with O_EXCL, owner-only).

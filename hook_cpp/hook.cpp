@@ -84,6 +84,7 @@ struct ThreadState {
   uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
   uint8_t* stacks;   // the ring's stack caches
+  uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
   // Slow paths only.
   uint8_t* data;         // the ring's data area
   uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
@@ -199,12 +200,17 @@ __attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
   syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
+// The last eighth of a ring is for frees. Under overload allocations are dropped first: a lost
+// allocation only leaves a block unreported (its free is then an unknown free), where a lost
+// free would leave a freed block reported as outstanding, a leak that is not there.
+inline uint64_t free_headroom(uint64_t cap) { return cap / 8; }
+
 // Slow path of reserve(): wrap to the ring's start (a padding record), look at the consumer's
 // cursor, wake it when the ring passes half full, write a clock reading when one is due (every
 // kTimeEveryBytes of records, and before a thread's first event). Returns the write cursor, or
-// UINT64_MAX when the ring is full (the caller drops the event).
-__attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
-  const uint64_t cap = g_ring_bytes;
+// UINT64_MAX when the ring is full for this kind of event (the caller drops it).
+__attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bool is_free) {
+  const uint64_t cap = g_ring_bytes, headroom = free_headroom(cap);
   uint64_t w = t.write;
   const bool timed = w + bytes > t.next_time;
   const size_t need = bytes + (timed ? 16 : 0);
@@ -213,7 +219,7 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   t.cached_read = __atomic_load_n(&t.ring->read, __ATOMIC_ACQUIRE);
   uint64_t used = w + pad + need - t.cached_read;
   if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
-  if (used > cap) return UINT64_MAX;
+  if (used > (is_free ? cap : cap - headroom)) return UINT64_MAX;
   if (pad) {
     *(uint64_t*)(t.data + pos) = header(kPadding, 0, 0, 0);
     w += pad;
@@ -234,17 +240,18 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes) {
   // Look again at the lap's end, when a clock reading is due, when the ring passes half full
   // (to wake the consumer) and when it is full as last seen: never per event while the ring is
   // merely more than half full, since the consumer's cursor lives on a line it keeps writing.
-  const uint64_t half = t.cached_read + cap / 2;
-  const uint64_t look = w < half ? half : t.cached_read + cap;
-  t.fast_until = std::min({(w | (cap - 1)) + 1, t.next_time, look});
+  const uint64_t half = t.cached_read + cap / 2, until = std::min((w | (cap - 1)) + 1, t.next_time);
+  t.fast_until = std::min(until, w < half ? half : t.cached_read + cap - headroom);
+  t.free_until = std::min(until, w < half ? half : t.cached_read + cap);
   return w;
 }
 
-// Where `bytes` contiguous bytes may be written (*w); false: the ring is full, drop the event.
-inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w) {
+// Where `bytes` contiguous bytes may be written (*w); false: the ring is full for this kind of
+// event, drop it.
+inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w, bool is_free = false) {
   *w = t.write;
-  if (__builtin_expect(*w + bytes <= t.fast_until, 1)) return true;
-  *w = reserve_slow(t, bytes);
+  if (__builtin_expect(*w + bytes <= (is_free ? t.free_until : t.fast_until), 1)) return true;
+  *w = reserve_slow(t, bytes, is_free);
   return *w != UINT64_MAX;
 }
 
@@ -304,7 +311,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->sp = 0;
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
-    t.fast_until = 0;  // the first reserve takes the slow path and computes it
+    t.fast_until = t.free_until = 0;  // the first reserve takes the slow path and computes them
     t.woke_at = t.write;
     t.ring_dep = uint64_t(no) << 32;
     t.next_time = t.write;  // the first event carries a clock reading
@@ -315,7 +322,10 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
   return got;
 }
 
-inline void count_no_ring() { __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED); }
+inline void count_no_ring(bool is_free = false) {
+  __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
+  if (is_free) __atomic_fetch_add(&g_ctl->dropped_frees_no_ring, 1, __ATOMIC_RELAXED);
+}
 
 inline bool size_wanted(uint64_t size) { return size >= g_min_size && size <= g_max_size; }
 
@@ -528,12 +538,16 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
 
 inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
+inline void drop_free(RingHeader* r) {
+  drop(r);
+  __atomic_store_n(&r->dropped_frees, r->dropped_frees + 1, __ATOMIC_RELAXED);
+}
 
 // This thread's ring, claimed on its first event of a session; false: the event is lost (and
 // counted).
-inline bool event_ring(ThreadState& t) {
+inline bool event_ring(ThreadState& t, bool is_free = false) {
   if (__builtin_expect(t.generation != g_generation, 0) && !claim_ring(t)) {
-    count_no_ring();
+    count_no_ring(is_free);
     return false;
   }
   return true;
@@ -551,9 +565,11 @@ inline void leave(ThreadState& t) {
 }
 
 // The common case: this thread's ring is claimed for this session and `bytes` fit at cursor w
-// without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until).
-inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes) {
-  return __builtin_expect(t.generation == g_generation && w + bytes <= t.fast_until, 1);
+// without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until and
+// free_until).
+inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes, bool is_free = false) {
+  return __builtin_expect(t.generation == g_generation &&
+                              w + bytes <= (is_free ? t.free_until : t.fast_until), 1);
 }
 
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
@@ -621,8 +637,8 @@ inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p
 
 __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
   uint64_t w;
-  if (!event_ring(t)) return;
-  if (!reserve(t, 16, &w)) return drop(t.ring);
+  if (!event_ring(t, true)) return;
+  if (!reserve(t, 16, &w, true)) return drop_free(t.ring);
   write_free(t, slot_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
@@ -632,7 +648,7 @@ __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p,
 __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
                                                        void** fp) {
   const uint64_t w = t.write;
-  if (!fast_room(t, w, 16)) return record_free_slow(t, op, p, fp);
+  if (!fast_room(t, w, 16, true)) return record_free_slow(t, op, p, fp);
   write_free(t, slot_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
@@ -1043,15 +1059,21 @@ HOOK_F(_ZdaPvSt11align_val_tRKSt9nothrow_t, void, (void* p, size_t a, const void
 static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
                             bool track_new, void** fp,
                             void* (*call)(void*, uint64_t, uint64_t), uint64_t a1, uint64_t a2) {
-  if (!event_ring(t)) return call(old, a1, a2);
+  if (!event_ring(t, track_old)) return call(old, a1, a2);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
   uint64_t w;
   if (!reserve(t, 8 * (5 + g_depth), &w)) {
+    // No room for an allocation: the new block goes unrecorded, but the free of `old` is
+    // recorded all the same in a free's room, unless even that is full.
+    if (!track_old || !reserve(t, 16, &w, true)) {
+      track_old ? drop_free(r) : drop(r);
+      void* p = call(old, a1, a2);
+      end_busy(r);
+      return p;
+    }
     drop(r);
-    void* p = call(old, a1, a2);
-    end_busy(r);
-    return p;
+    track_new = false;
   }
   uint64_t* at = slot_at(t, w);
   uint64_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0, w) : 0;

@@ -18,7 +18,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -79,6 +79,7 @@ struct alignas(64) Control {
   uint32_t started;
   uint32_t nlate;  // `late` entries in use
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
+  uint64_t dropped_frees_no_ring;        // of which frees
   alignas(64) PatchedSlot late[kMaxLateSlots];
 };
 
@@ -90,7 +91,8 @@ struct alignas(64) RingHeader {
   uint64_t write;    // total bytes published (monotonic)
   uint64_t busy;     // nonzero while a hook holding this ring is running (detach waits for it)
   uint64_t dropped;  // events dropped because the ring was full
-  uint8_t pad1[32];
+  uint64_t dropped_frees;  // of which frees (each may leave a freed block counted as live)
+  uint8_t pad1[24];
   alignas(64) uint64_t read;  // total bytes consumed (monotonic)
   uint8_t pad2[56];
 };

@@ -85,7 +85,8 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
                                        "blocks"),
                          ("freed", f"{human_bytes(t['free_bytes'])} in {t['free_count']} blocks"),
                          ("unknown frees", t["unknown_free_count"]),
-                         ("dropped events", t["dropped_events"])):
+                         ("dropped events", f"{t['dropped_events']} (frees among them: "
+                                            f"{t['dropped_frees']})")):
         parts.append(f"<tr><th>{label}</th><td>{value}</td></tr>")
     pm = report.get("process_memory")
     if pm:

@@ -16,8 +16,8 @@ from .symbolize import Symbolizer
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
              "outstanding_bytes")
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
-              "outstanding_bytes", "unknown_free_count", "dropped_events", "unordered_events",
-              "sample_rate", "sampled_allocations")
+              "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
+              "unordered_events", "sample_rate", "sampled_allocations")
 WEIGHTS = {"outstanding": "outstanding_bytes", "allocated": "alloc_bytes", "count": "alloc_count"}
 
 
@@ -171,6 +171,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
         f"dropped events: {t['dropped_events']}",
     ]
+    if t["dropped_frees"]:
+        lines.append(f"  {t['dropped_frees']} of the dropped events were frees: up to that many "
+                     "blocks counted as outstanding may have been freed")
     if t.get("sample_rate"):
         lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")

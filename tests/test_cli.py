@@ -33,7 +33,8 @@ def test_report_formats_agree(tmp_path, lifecycle_target):
     assert report["memhook_report"] == 1 and report["pid"] == target.pid
     assert set(report["totals"]) == {"alloc_count", "alloc_bytes", "free_count", "free_bytes",
                                      "outstanding_count", "outstanding_bytes",
-                                     "unknown_free_count", "dropped_events", "unordered_events",
+                                     "unknown_free_count", "dropped_events", "dropped_frees",
+                                     "unordered_events",
                                      "sample_rate", "sampled_allocations"}
     leak = site(report, "late_leak")
     f0 = leak["frames"][0]

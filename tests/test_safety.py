@@ -3,6 +3,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import Memhook, build, memhook_cmd, site
 from test_entry_points import assert_restored, slot_values
 
@@ -159,6 +161,34 @@ def test_signal_handler_allocating_inside_hooks(tmp_path, targets):
     churn = site(report, "churn")
     assert churn["alloc_count"] == churn["free_count"] == 200000
     assert churn["outstanding_bytes"] == 0
+    assert target.finish() == 0
+
+
+@pytest.mark.parametrize("release", ["release", "regrow"])
+def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
+    """A full ring loses allocations (blocks go unreported) but keeps room for frees: a lost free
+    would leave a freed block reported as outstanding, a leak that is not there. A realloc then
+    still frees its old block (`regrow`: 48 -> 4000 bytes; the new blocks go unreported)."""
+    target = targets(build(tmp_path, "lifecycle.c"))
+    mh = Memhook(target.pid, tmp_path, "--ring-size", "64KiB")  # 8 KiB kept for frees
+    target.command("hold")  # 300 blocks of 48 bytes: 7 KiB of records
+    mh.proc.send_signal(signal.SIGSTOP)  # the consumer stops draining
+    try:
+        target.command("flood")  # 3000 leaked blocks of 16 bytes: 70 KiB of records
+        target.command(release)  # 300 frees: 5 KiB of records
+    finally:
+        mh.proc.send_signal(signal.SIGCONT)
+    report = mh.stop()
+    t = report["totals"]
+    held = site(report, "hold_blocks")
+    assert (held["alloc_count"], held["free_count"], held["outstanding_bytes"]) == (300, 300, 0)
+    flood = site(report, "flood_leak")
+    assert 0 < flood["alloc_count"] < 3000  # the ring was full
+    regrown = 300 if release == "regrow" else 0  # new blocks, unrecorded
+    assert t["dropped_events"] == 3000 - flood["alloc_count"] + regrown
+    assert t["dropped_frees"] == 0
+    assert flood["outstanding_bytes"] == 16 * flood["alloc_count"]
+    assert t["outstanding_bytes"] == flood["outstanding_bytes"]
     assert target.finish() == 0
 
 

@@ -54,6 +54,17 @@ NOINLINE static void twin_leaf(size_t n) {
 NOINLINE static void twin_mid(size_t n) { twin_leaf(n); __asm__ volatile("" ::: "memory"); }
 NOINLINE static void twin_a(void) { twin_mid(111); __asm__ volatile("" ::: "memory"); }
 NOINLINE static void twin_b(void) { twin_mid(222); __asm__ volatile("" ::: "memory"); }
+/* Overload: blocks held, then (memhook stopped) a flood of leaked allocations that fills the
+ * ring, then the held blocks freed or moved by realloc. */
+#define HELD 300
+#define FLOOD 3000
+static void* held[HELD];
+NOINLINE static void hold_blocks(void) { for (int i = 0; i < HELD; i++) held[i] = malloc(48); }
+NOINLINE static void flood_leak(void) { for (int i = 0; i < FLOOD; i++) memset(malloc(16), 1, 1); }
+NOINLINE static void release_held(void) { for (int i = 0; i < HELD; i++) free(held[i]); }
+NOINLINE static void regrow_held(void) {
+  for (int i = 0; i < HELD; i++) held[i] = realloc(held[i], 4000);
+}
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -105,6 +116,10 @@ int main(int argc, char** argv) {
     } else if (!strcmp(cmd, "exec")) {
       execl("/bin/sleep", "sleep", "30", (char*)0);
     }
+    else if (!strcmp(cmd, "hold")) hold_blocks();
+    else if (!strcmp(cmd, "flood")) flood_leak();
+    else if (!strcmp(cmd, "release")) release_held();
+    else if (!strcmp(cmd, "regrow")) regrow_held();
     else if (!strcmp(cmd, "churn"))
       for (int i = 0; i < 20000; i++) free(malloc(32 + i % 100));
     else if (!strcmp(cmd, "load")) {
