@@ -21,6 +21,7 @@ ratio is the median over cycles of each cycle's ratio.
 import argparse
 import statistics
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from driver import Session, Target, alternate, build, print_dropped
@@ -70,7 +71,7 @@ def interleaved(t: Target, a, sizes):
     alternately in one attached session."""
     bare = {s: [] for s in sizes}
     hooked = {s: [] for s in sizes}
-    dropped = 0
+    dropped = Counter()
     for _ in range(a.cycles):
         mh = Session(t.pid, *a.memhook_args)
         for s in sizes:

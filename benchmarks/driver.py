@@ -1,5 +1,6 @@
 """What the benchmark scripts share: a command-driven target process and memhook sessions."""
 import re
+from collections import Counter
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def alternate(pid: int, cycles: int, memhook_args, keys, measure):
     session's output."""
     bare = {k: [] for k in keys}
     hooked = {k: [] for k in keys}
-    dropped, outputs = 0, []
+    dropped, outputs = Counter(), []
     for _ in range(cycles):
         for k in keys:
             bare[k].append(measure(k))
@@ -33,8 +34,10 @@ def alternate(pid: int, cycles: int, memhook_args, keys, measure):
     return bare, hooked, dropped, outputs
 
 
-def print_dropped(dropped: int, events: int) -> None:
-    print(f"dropped events (all cycles): {dropped} of {events} ({100 * dropped / events:.1f} %)")
+def print_dropped(dropped: Counter, events: int) -> None:
+    n = dropped["events"]
+    print(f"dropped events (all cycles): {n} of {events} ({100 * n / events:.1f} %), "
+          f"{dropped['frees']} of them frees")
 
 
 class Target:
@@ -91,6 +94,7 @@ class Session:
         out, _ = self.p.communicate(timeout=120)
         m = re.search(r"detached.*paused ([\d.]+) ms", out)
         self.detach_ms = float(m.group(1)) if m else float("nan")
-        m = re.search(r'"dropped_events": (\d+)', out)
-        self.dropped = int(m.group(1)) if m else -1
+        # Events memhook dropped, and how many of them were frees.
+        self.dropped = Counter({key: int(m.group(1)) if m else -1 for key, m in (
+            (k, re.search(rf'"dropped_{k}": (\d+)', out)) for k in ("events", "frees"))})
         return out

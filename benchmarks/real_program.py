@@ -76,7 +76,8 @@ def main():
     assert db.close() == 0
     b, h = statistics.median(bare["sqlite3"]), statistics.median(hooked["sqlite3"])
     print(f"sqlite3 workload: unprofiled {b:.2f}/s, memhook {h:.2f}/s, ratio {h / b:.2f}")
-    print(f"events traced (all cycles): {events}, dropped: {dropped}")
+    print(f"events traced (all cycles): {events}, dropped: {dropped['events']} "
+          f"({dropped['frees']} frees)")
 
 
 if __name__ == "__main__":

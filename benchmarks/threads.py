@@ -6,7 +6,7 @@ memhook attached, alternating CYCLES times in the same process. Each thread writ
 so the ratio should not fall as threads are added (beyond what sharing the CPUs costs: more
 threads than cores share them with the consumer too).
 
-    sudo .venv/bin/python benchmarks/threads.py [--cycles 3] [--ops 2000000] [-- memhook args]
+    sudo .venv/bin/python benchmarks/threads.py [--cycles 3] [--ops 20000000] [-- memhook args]
 """
 import argparse
 import statistics
@@ -21,7 +21,7 @@ THREADS = [1, 2, 4, 8]
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=3)
-    ap.add_argument("--ops", type=int, default=2_000_000, help="malloc/free pairs per thread")
+    ap.add_argument("--ops", type=int, default=20_000_000, help="malloc/free pairs per thread")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
     t = Target(build("threads", Path(tempfile.mkdtemp())))
