@@ -1,9 +1,9 @@
 """What the benchmark scripts share: a command-driven target process and memhook sessions."""
 import re
-from collections import Counter
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).parent
