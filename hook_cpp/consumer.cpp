@@ -714,6 +714,15 @@ class Consumer {
     return sample_rate_ > 0 ? 1.0 / -std::expm1(-double(size) / sample_rate_) : 1.0;
   }
 
+  // Sampling mode: a sampled block of `size` stands for weight(size) blocks in the estimates
+  // (unused, and not kept, when every call is traced).
+  void add_estimate(double& count, double& bytes, uint64_t size) const {
+    if (sample_rate_ <= 0) return;
+    double w = weight(size);
+    count += w;
+    bytes += w * double(size);
+  }
+
   // A site's counts, estimated from the samples in sampling mode (exact otherwise).
   Site estimated(const Site& s) const {
     if (sample_rate_ <= 0) return s;
@@ -728,7 +737,7 @@ class Consumer {
     return e;
   }
 
-  void apply(const Event& e) {
+  __attribute__((always_inline)) void apply(const Event& e) {
     ThreadCalls& calls = calls_of(e.tid, e.hook_frame);
     if (e.is_free) {
       LiveMap::Slot* b = live_.find(e.ptr);
@@ -740,9 +749,7 @@ class Consumer {
       Site& s = sites_[b->stack];
       s.free_count++;
       s.free_bytes += b->size;
-      double w = weight(b->size);
-      s.est_free_count += w;
-      s.est_free_bytes += w * double(b->size);
+      add_estimate(s.est_free_count, s.est_free_bytes, b->size);
       s.out_count--;
       s.out_bytes -= b->size;
       if (b->tid == e.tid) {
@@ -769,9 +776,7 @@ class Consumer {
       Site& old = sites_[b->stack];
       old.out_count--;
       old.out_bytes -= b->size;
-      double w = weight(b->size);
-      old.est_free_count += w;
-      old.est_free_bytes += w * double(b->size);
+      add_estimate(old.est_free_count, old.est_free_bytes, b->size);
       replaced_live_++;
     }
     b->stack = e.stack;
@@ -793,9 +798,7 @@ class Consumer {
     Site& s = sites_[e.stack];
     s.alloc_count++;
     s.alloc_bytes += e.size;
-    double w = weight(e.size);
-    s.est_alloc_count += w;
-    s.est_alloc_bytes += w * double(e.size);
+    add_estimate(s.est_alloc_count, s.est_alloc_bytes, e.size);
     s.out_count++;
     s.out_bytes += e.size;
     s.op_mask |= uint64_t(1) << e.op;
