@@ -709,16 +709,11 @@ class Consumer {
     return c;
   }
 
-  // How many blocks of `size` one sampled block stands for: 1 / P(sampled).
-  double weight(uint64_t size) const {
-    return sample_rate_ > 0 ? 1.0 / -std::expm1(-double(size) / sample_rate_) : 1.0;
-  }
-
-  // Sampling mode: a sampled block of `size` stands for weight(size) blocks in the estimates
+  // Sampling mode: a sampled block of `size` stands for 1 / P(sampled) blocks in the estimates
   // (unused, and not kept, when every call is traced).
   void add_estimate(double& count, double& bytes, uint64_t size) const {
     if (sample_rate_ <= 0) return;
-    double w = weight(size);
+    const double w = 1.0 / -std::expm1(-double(size) / sample_rate_);
     count += w;
     bytes += w * double(size);
   }

@@ -238,19 +238,25 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bo
   }
   t.write = w;  // published with the event
   // Look again at the lap's end, when a clock reading is due, when the ring passes half full
-  // (to wake the consumer) and when it is full as last seen: never per event while the ring is
-  // merely more than half full, since the consumer's cursor lives on a line it keeps writing.
+  // (to wake the consumer) and when it is full for this kind of event as last seen: never per
+  // event while the ring is merely more than half full, since the consumer's cursor lives on a
+  // line it keeps writing.
   const uint64_t half = t.cached_read + cap / 2, until = std::min((w | (cap - 1)) + 1, t.next_time);
   t.fast_until = std::min(until, w < half ? half : t.cached_read + cap - headroom);
   t.free_until = std::min(until, w < half ? half : t.cached_read + cap);
   return w;
 }
 
+// Writes ending at or before this cursor need no checks (frees may use the free headroom).
+inline uint64_t room_until(const ThreadState& t, bool is_free) {
+  return is_free ? t.free_until : t.fast_until;
+}
+
 // Where `bytes` contiguous bytes may be written (*w); false: the ring is full for this kind of
 // event, drop it.
 inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w, bool is_free = false) {
   *w = t.write;
-  if (__builtin_expect(*w + bytes <= (is_free ? t.free_until : t.fast_until), 1)) return true;
+  if (__builtin_expect(*w + bytes <= room_until(t, is_free), 1)) return true;
   *w = reserve_slow(t, bytes, is_free);
   return *w != UINT64_MAX;
 }
@@ -568,8 +574,7 @@ inline void leave(ThreadState& t) {
 // without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until and
 // free_until).
 inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes, bool is_free = false) {
-  return __builtin_expect(t.generation == g_generation &&
-                              w + bytes <= (is_free ? t.free_until : t.fast_until), 1);
+  return __builtin_expect(t.generation == g_generation && w + bytes <= room_until(t, is_free), 1);
 }
 
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
