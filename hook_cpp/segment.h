@@ -18,7 +18,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -158,10 +158,12 @@ inline TableIndex table_index(uint64_t p) {
 // same 2n words now mean the same walk, and those loads do not depend on one another.
 struct StackCache {
   uint64_t sp, frame, ret0;
-  uint64_t meta;  // the pointer word's depth bits (above kPtrBits) | n
+  uint64_t high;        // the pointer word's depth bits (above kPtrBits)
+  uint64_t pairs_end;   // &pairs[n], n <= depth
+  uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
   struct Pair {
     uint64_t next, ret;
-  } pairs[];  // n <= depth
+  } pairs[];
 };
 inline size_t stack_cache_stride(uint32_t depth) { return sizeof(StackCache) + 16 * size_t(depth); }
 

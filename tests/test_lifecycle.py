@@ -107,13 +107,17 @@ def test_detach_then_attach_again(tmp_path, targets):
 
 
 def test_backtrace_depth(tmp_path, targets):
+    """40 allocations from one stack 60 frames deep: the first walks, the rest find the stack in
+    a slot. The malloc hook compares up to 32 frame pairs itself (depth 33: 32 pairs after the
+    call site) and leaves deeper stacks to the compiled comparison."""
     target, _ = lifecycle(tmp_path, targets)
-    for args, depth in (((), 32), (("--depth", "50"), 50)):
+    for args, depth in (((), 32), (("--depth", "33"), 33), (("--depth", "50"), 50)):
         mh = Memhook(target.pid, tmp_path, *args)
         target.command("deep")
-        frames = site(mh.stop(), "deep")["frames"]
-        assert len(frames) == depth
-        assert all(f["function"] == "deep" for f in frames)
+        found = site(mh.stop(), "deep")
+        assert (found["alloc_count"], found["outstanding_bytes"]) == (40, 40 * 77)
+        assert len(found["frames"]) == depth
+        assert all(f["function"] == "deep" for f in found["frames"])
     assert target.finish() == 0
 
 

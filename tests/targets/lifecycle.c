@@ -18,7 +18,8 @@ NOINLINE static void sized_allocs(void) {
     for (unsigned i = 0; i < sizeof sizes / sizeof *sizes; i++) memset(malloc(sizes[i]), 1, 1);
 }
 NOINLINE static void deep(int n) {
-  if (n == 0) memset(malloc(77), 1, 1);
+  if (n == 0)
+    for (int i = 0; i < 40; i++) memset(malloc(77), 1, 1);  /* one stack, 40 times */
   else deep(n - 1);
   __asm__ volatile("" ::: "memory");  /* not a tail call: every level keeps its frame */
 }
