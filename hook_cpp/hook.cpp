@@ -70,7 +70,8 @@ uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look
 bool g_size_filter;      // --min-size / --max-size given
-uint32_t g_generation asm("memhook_g_generation");  // bumped on every attach: stale per-thread ring pointers re-claim
+// Bumped on every attach: stale per-thread ring pointers re-claim.
+uint32_t g_generation asm("memhook_g_generation");
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
 struct ThreadState {
