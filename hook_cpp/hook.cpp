@@ -1171,7 +1171,6 @@ memhook_compare_miss:
   .globl memhook_compare_miss
 )");
 
-
 HOOK_F(free, void, (void* p), (p))
 HOOK_F(_ZdlPv, void, (void* p), (p))
 HOOK_F(_ZdaPv, void, (void* p), (p))
