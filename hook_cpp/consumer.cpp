@@ -78,6 +78,7 @@ struct Event {
   uint32_t tid;
   uint8_t op;
   uint8_t is_free;
+  uint64_t event = 0;  // allocations: the event's own name, as a dependency would give it
 };
 
 // One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python). Not an
@@ -119,6 +120,7 @@ class LiveMap {
     uint32_t stack;
     uint32_t tid;  // which thread allocated it
     uint32_t call_index, call_seq;  // its allocating call in the thread's active frames
+    uint64_t event;  // its allocation, named as a dependency would name it
   };
 
   LiveMap() { resize(1 << 16); }
@@ -139,7 +141,7 @@ class LiveMap {
         return &slots_[i];
       }
       if (!slots_[i].key) {
-        slots_[i] = Slot{key, 0, 0, 0, 0, 0, 0};
+        slots_[i] = Slot{key, 0, 0, 0, 0, 0, 0, 0};
         count_++;
         *inserted = true;
         return &slots_[i];
@@ -176,7 +178,7 @@ class LiveMap {
   void resize(size_t n) {
     std::vector<Slot> old;
     old.swap(slots_);
-    slots_.assign(n, Slot{0, 0, 0, 0, 0, 0, 0});
+    slots_.assign(n, Slot{0, 0, 0, 0, 0, 0, 0, 0});
     mask_ = n - 1;
     count_ = 0;
     bool inserted;
@@ -534,14 +536,14 @@ class Consumer {
 
   // A block allocated while the map still holds it live from another thread: its free must be
   // published in a ring not yet applied (a free is published before the real call, an allocation
-  // after it). Backs up a dependency the address table lost to a colliding pointer.
+  // after it). Backs up a dependency the address table lost to a colliding pointer, or one that
+  // names another pointer's event: the malloc hook sends the entry's without asking whose it is.
   bool free_pending(uint8_t kind, uint64_t dep, const uint64_t* at, const RingState& rs,
                     uint32_t index) {
-    // With a dependency the table did its job; only a lost one (or a fresh address) needs this.
-    if (dep || kind == kFree || (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0))
-      return false;
+    if (kind == kFree || (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0)) return false;
     const LiveMap::Slot* b = live_.find(at[1] & kPtrMask);
     if (!b || b->tid == rs.tid) return false;
+    if (dep == b->event) return false;  // its allocation was the block's latest event: free lost
     for (uint32_t j = 0; j < ctl_->nrings; j++)
       if (j != index && rings_[j].read < __atomic_load_n(&ring(j)->write, __ATOMIC_ACQUIRE))
         return true;
@@ -604,6 +606,7 @@ class Consumer {
         break;
       }
       rs.force = false;
+      const uint64_t event = uint64_t(index + 1) << 32 | uint32_t(rd >> 3);
       rd += 8 * words;
       if (kind == kTime) {
         rs.ts = std::max(rs.ts, at[1]);
@@ -632,7 +635,7 @@ class Consumer {
           stack = intern(at + (kind == kAlloc ? 3 : 5), nf);
           if (held) *held = stack;
         }
-        apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0});
+        apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0, event});
       }
       rs.read = rd;  // satisfied() looks here
     }
@@ -779,6 +782,7 @@ class Consumer {
     b->ts = e.ts;
     b->tid = e.tid;
     b->call_seq = 0;
+    b->event = e.event;
     if (e.caller_frame) {
       // Frames below the allocating one that are still listed have returned.
       while (!calls.calls.empty() && calls.calls.back().frame < e.caller_frame) calls.calls.pop_back();

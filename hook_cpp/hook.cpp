@@ -6,6 +6,7 @@
 // path, never take a lock the target could hold, drop (and count) instead of waiting.
 // TLS is initial-exec: a dlopen'ed library's dynamic TLS would be allocated with malloc on first
 // touch, from inside the hook.
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -86,6 +87,8 @@ struct ThreadState {
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
   uint8_t* stacks;   // the ring's stack caches
   uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
+  uint64_t alloc_until;  // memhook_hook_malloc's bound: a 24-byte record fits at w < alloc_until
+  uint64_t entry_bias;   // + (w << 21): the table entry of a live block allocated at w (this lap)
   // Slow paths only.
   uint8_t* data;         // the ring's data area
   uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
@@ -245,6 +248,10 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bo
   const uint64_t half = t.cached_read + cap / 2, until = std::min((w | (cap - 1)) + 1, t.next_time);
   t.fast_until = std::min(until, w < half ? half : t.cached_read + cap - headroom);
   t.free_until = std::min(until, w < half ? half : t.cached_read + cap);
+  t.alloc_until = t.fast_until > 23 ? t.fast_until - 23 : 0;
+  // Exact for every cursor of this lap: a lap never crosses a multiple of 2^35, where the
+  // entry's 32-bit event number would wrap.
+  t.entry_bias = table_entry(0, kLive, t.ring_dep | (uint32_t)(w >> 3)) - (w << 21);
   return w;
 }
 
@@ -318,7 +325,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->sp = 0;
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
-    t.fast_until = t.free_until = 0;  // the first reserve takes the slow path and computes them
+    t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
     t.woke_at = t.write;
     t.ring_dep = uint64_t(no) << 32;
     t.next_time = t.write;  // the first event carries a clock reading
@@ -409,9 +416,8 @@ inline uint64_t table_swap(ThreadState& t, uint64_t p, uint64_t live, uint64_t w
   TableIndex ti = table_index(p);
   uint64_t* e = g_table + ti.index;
   uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
-  __atomic_store_n(e, ti.tag << kTagShift | live | t.ring_dep | (uint32_t)(w >> 3),
-                   __ATOMIC_RELAXED);
-  return (old >> kTagShift) == ti.tag ? old & kDepMask : 0;
+  __atomic_store_n(e, table_entry(ti.tag, live, t.ring_dep | (uint32_t)(w >> 3)), __ATOMIC_RELAXED);
+  return (old & kTagMask) == (ti.tag & kTagMask) ? old >> kDepShift : 0;
 }
 
 // Sampling mode: a counting filter of the sampled blocks still live, so that the free of a block
@@ -440,7 +446,7 @@ inline bool sampled_live(uint64_t p) {
   if (!__atomic_load_n(sampled_counter(p), __ATOMIC_RELAXED)) return false;
   TableIndex ti = table_index(p);
   uint64_t e = __atomic_load_n(g_table + ti.index, __ATOMIC_RELAXED);
-  return (e >> kTagShift) == ti.tag && (e & kLive);
+  return (e & kTagMask) == (ti.tag & kTagMask) && (e & kLive);
 }
 
 // A pointer word: the pointer, and in its top bits how far `frame` lies below the top of this
@@ -548,10 +554,12 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
   StackCache* c = stack_slot(t, ret0, from, &slot);
   size &= kSizeMask;
   if (same_stack(c, from, ret0))  // the slot's stack again: no frames
-    return {(p & kPtrMask) | c->high, size | uint64_t(slot + 1) << kSlotShift, 0};
+    return {(p & kPtrMask) | c->high, size | c->slot_word, 0};
   uint64_t caller;
   const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
-  return {with_depth(t, p, caller), size | (caller ? uint64_t(slot + 1) << kSlotShift : 0), n};
+  if (!caller) return {with_depth(t, p, 0), size, n};
+  c->slot_word = uint64_t(slot + 1) << kSlotShift;
+  return {with_depth(t, p, caller), size | c->slot_word, n};
 }
 
 inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
@@ -1025,16 +1033,22 @@ memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
 // may use freely (compiled, the record saved five more and spent a third more instructions).
 // Anything else goes to compiled code, which decides again: framed_malloc when not tracing every
 // call or nested, memhook_record_malloc for any other record.
-static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, fast_until) == 8 &&
-              offsetof(ThreadState, lap_base) == 16 && offsetof(ThreadState, ring) == 24 &&
-              offsetof(ThreadState, ring_dep) == 32 && offsetof(ThreadState, generation) == 56 &&
-              offsetof(ThreadState, stacks) == 64 && offsetof(RingHeader, write) == 8 &&
+//
+// Its dependency is the table entry's as found, without asking whose it is: when another
+// pointer's, it names an earlier event (the entry was written before this hook read it), which
+// costs the consumer at most a wait, and the consumer itself looks for a pending free of a block
+// it still holds live (Consumer::free_pending in consumer.cpp).
+static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, lap_base) == 16 &&
+              offsetof(ThreadState, ring) == 24 && offsetof(ThreadState, generation) == 56 &&
+              offsetof(ThreadState, in_hook) == 60 && offsetof(ThreadState, stacks) == 64 &&
+              offsetof(ThreadState, alloc_until) == 80 &&
+              offsetof(ThreadState, entry_bias) == 88 && offsetof(RingHeader, write) == 8 &&
               offsetof(StackCache, high) == 24 && offsetof(StackCache, pairs_end) == 32 &&
-              offsetof(StackCache, compare) == 40 && offsetof(StackCache, pairs) == 48 &&
-              kStackSlots == 32 && kSlotShift == 56 && kPtrBits == 47 && kTagShift == 43 &&
-              kLive == uint64_t(1) << 42 && kTableBits == 22 && kDepShift == 24 &&
-              kUnrolledPairs == 32 && header(kAlloc, ID_malloc, 0, 0) == 0x101 &&
-              kEvery == 1 && offsetof(ThreadState, in_hook) == 60 && ID_malloc == 1,
+              offsetof(StackCache, compare) == 40 && offsetof(StackCache, slot_word) == 48 &&
+              offsetof(StackCache, pairs) == 64 && kStackSlots == 32 && kPtrBits == 47 &&
+              kTagMask == 0x1fffff && kTableBits == 22 && kDepShift == 24 &&
+              kUnrolledPairs == 32 && header(kAlloc, ID_malloc, 0, 0) == 0x101 && kEvery == 1 &&
+              sizeof(g_generation) == 4 && sizeof(ThreadState::in_hook) == 4,
               "memhook_hook_malloc reads these as constants");
 asm(R"(
   .text
@@ -1055,40 +1069,37 @@ memhook_hook_malloc:
   .cfi_adjust_cfa_offset -8
   testq %rax, %rax
   je 7f
-  movq %rax, %rdi
-  # The record. In: %rdi = p, %rsi = size.
+  # The record. In: %rax = p (returned as is), %rsi = size.
   movq memhook_t_state@gottpoff(%rip), %r11
-  movl %fs:56(%r11), %eax
-  cmpl memhook_g_generation(%rip), %eax
+  movl %fs:56(%r11), %edx
+  cmpl memhook_g_generation(%rip), %edx
   jne memhook_compare_miss      # no ring claimed in this session
   movl $1, %fs:60(%r11)         # the guard, before the cursor is read
   movq %fs:0(%r11), %r10        # w
-  leaq 24(%r10), %rax
-  cmpq %fs:8(%r11), %rax
-  ja memhook_compare_miss       # no room without a look at the consumer
-  movq %rdi, %rdx
+  cmpq %fs:80(%r11), %r10
+  jae memhook_compare_miss      # no room without a look at the consumer
+  movq %rax, %rdx
   shrq $26, %rdx                # the table tag, below 2^21 for a user-space pointer
   cmpq $0x200000, %rdx
   jae memhook_compare_miss
+  movabsq $0x9E3779B97F4A7C15, %rdi
   movq (%rsp), %r8              # ret0
   movq %rsp, %r9
   xorq %r8, %r9
-  movabsq $0x9E3779B97F4A7C15, %rcx
-  imulq %rcx, %r9
+  imulq %rdi, %r9
   shrq $59, %r9                 # the stack slot (stack_slot())
-  movl memhook_g_stack_stride(%rip), %eax
-  imull %r9d, %eax
-  addq %fs:64(%r11), %rax       # its StackCache
-  cmpq %rsp, (%rax)
+  imull memhook_g_stack_stride(%rip), %r9d
+  addq %fs:64(%r11), %r9        # its StackCache
+  cmpq %rsp, (%r9)
   jne memhook_compare_miss
-  cmpq %rbp, 8(%rax)
+  cmpq %rbp, 8(%r9)
   jne memhook_compare_miss
-  cmpq %r8, 16(%rax)
+  cmpq %r8, 16(%r9)
   jne memhook_compare_miss
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
-  movq 32(%rax), %r8            # &pairs[n]
-  jmp *40(%rax)
+  movq 32(%r9), %r8             # &pairs[n]
+  jmp *40(%r9)
   # Step i of n: xmm1 |= f_i[0..1] ^ pairs[i]; f_i+1 = pairs[i].next (same_stack()).
   .set pair_from_end, 32
 memhook_compare_first:
@@ -1103,57 +1114,41 @@ memhook_compare_end:
   .if memhook_compare_end - memhook_compare_first - 32 * 24
   .error "the comparison's steps differ in size"
   .endif
-  pxor %xmm0, %xmm0
-  pcmpeqb %xmm0, %xmm1
-  pmovmskb %xmm1, %ecx
-  cmpl $0xffff, %ecx
-  jne memhook_compare_miss
+  ptest %xmm1, %xmm1            # SSE4.1 (memhook_start checks)
+  jnz memhook_compare_miss
   # The record: header(kAlloc, malloc, 0 frames, dependency), pointer word, size word.
   movq %fs:16(%r11), %r8
   addq %r10, %r8                # where it goes
-  movq %rdi, %rcx
-  orq 24(%rax), %rcx
+  movq %rax, %rcx
+  orq 24(%r9), %rcx
   movq %rcx, 8(%r8)             # p | its depth bits
-  incq %r9
-  shlq $56, %r9
-  orq %rsi, %r9
-  movq %r9, 16(%r8)             # size | (slot + 1) << 56 (a returned block's size is below 2^56)
-  # table_swap(): index, the new entry, the dependency on the old one if it was p's.
-  movabsq $0x9E3779B97F4A7C15, %rcx
-  imulq %rdx, %rcx
-  shrq $40, %rcx
-  movq %rdi, %rax
-  shrq $4, %rax
-  xorq %rax, %rcx
-  andl $0x3fffff, %ecx
-  movq memhook_g_table(%rip), %rax
-  leaq (%rax,%rcx,8), %rcx      # p's entry
-  movq (%rcx), %rsi             # its last event
-  movq %r10, %rax
-  shrq $3, %rax
-  movl %eax, %eax
-  orq %fs:32(%r11), %rax
-  movq %rdx, %r9
-  shlq $43, %r9
-  orq %r9, %rax
-  btsq $42, %rax
-  movq %rax, (%rcx)             # this event is now p's latest
-  movq %rsi, %rax
-  shrq $43, %rax
-  shlq $24, %rsi
-  xorl %ecx, %ecx
-  cmpq %rdx, %rax
-  cmoveq %rsi, %rcx
-  orq $0x101, %rcx
-  movq %rcx, (%r8)
+  orq 48(%r9), %rsi
+  movq %rsi, 16(%r8)            # size | (slot + 1) << 56 (a returned block's size is below 2^56)
+  # table_index(), then the entry: this event becomes p's latest, the old one its dependency.
+  imulq %rdx, %rdi
+  shrq $40, %rdi
+  movq %rax, %rcx
+  shrq $4, %rcx
+  xorq %rcx, %rdi
+  andl $0x3fffff, %edi
+  movq memhook_g_table(%rip), %rcx
+  movq (%rcx,%rdi,8), %rsi      # the old entry
+  movq %r10, %r9
+  shlq $21, %r9
+  addq %fs:88(%r11), %r9
+  orq %rdx, %r9                 # table_entry(tag, kLive, this event)
+  movq %r9, (%rcx,%rdi,8)
+  andq $-0x1000000, %rsi
+  orq $0x101, %rsi
+  movq %rsi, (%r8)
   addq $24, %r10
   movq %r10, %fs:0(%r11)
   movq %fs:24(%r11), %rcx
   movq %r10, 8(%rcx)            # published
   movl $0, %fs:60(%r11)
-  movq %rdi, %rax
   ret
 memhook_compare_miss:
+  movq %rax, %rdi
   movq %rsp, %rdx               # where the return address is
   movq %rbp, %rcx               # the caller's frame
   jmp memhook_record_malloc     # returns p
@@ -1315,6 +1310,8 @@ void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
 // Map the segment and arm the hooks. Runs on one target thread with GDB holding the process;
 // allocates nothing itself. Returns 0, or a negative code naming what failed.
 extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
+  unsigned eax, ebx, ecx, edx;  // memhook_hook_malloc uses ptest
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return -5;
   int fd = open(shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st;

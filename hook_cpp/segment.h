@@ -18,7 +18,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 5;
+constexpr uint32_t kVersion = 6;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -133,12 +133,17 @@ constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux
   return uint64_t(kind) | uint64_t(op) << 8 | nframes << 16 | aux << kDepShift;
 }
 
-// Address table entry: tag (the pointer's bits above the index) << 43 | live << 42 | dependency
-// (40 bits). live: the pointer's latest event was an allocation (in sampling mode, a sampled
-// one). The index is unique for a (tag, low bits) pair, so a tag match names the pointer.
-constexpr int kTagShift = 43;
-constexpr uint64_t kLive = uint64_t(1) << 42;
+// Address table entry: dependency (40 bits) << kDepShift | live << 21 | tag (the pointer's bits
+// above the index, 21 for a user-space pointer). The dependency sits where a header's does, so
+// that an entry is a header once its low 24 bits are replaced. live: the pointer's latest event
+// was an allocation (in sampling mode, a sampled one). The index is unique for a (tag, low bits)
+// pair, so a tag match names the pointer.
+constexpr uint64_t kTagMask = (uint64_t(1) << 21) - 1;
+constexpr uint64_t kLive = uint64_t(1) << 21;
 constexpr uint64_t kDepMask = (uint64_t(1) << 40) - 1;
+constexpr uint64_t table_entry(uint64_t tag, uint64_t live, uint64_t dep) {
+  return dep << kDepShift | live | (tag & kTagMask);
+}
 struct TableIndex {
   uint64_t index, tag;
 };
@@ -161,6 +166,8 @@ struct StackCache {
   uint64_t high;        // the pointer word's depth bits (above kPtrBits)
   uint64_t pairs_end;   // &pairs[n], n <= depth
   uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
+  uint64_t slot_word;   // (1 + the slot) << kSlotShift: an allocation record's size word bits
+  uint64_t pad;         // pairs are 16-byte aligned
   struct Pair {
     uint64_t next, ret;
   } pairs[];

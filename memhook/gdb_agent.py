@@ -147,6 +147,8 @@ def do_attach(P, out):
                 raise RuntimeError("the hook library is not where dlopen said")
         out["lib_base"] = base
         rc = call("int(*)(long)", base + sym["memhook_start"], scratch.addrs[1])
+        if rc == -5:
+            raise RuntimeError("this CPU lacks SSE4.1, which memhook's malloc hook needs")
         if rc != 0:
             raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
         try:
