@@ -606,7 +606,7 @@ class Consumer {
         break;
       }
       rs.force = false;
-      const uint64_t event = uint64_t(index + 1) << 32 | uint32_t(rd >> 3);
+      const uint64_t event = event_name(index + 1, rd);
       rd += 8 * words;
       if (kind == kTime) {
         rs.ts = std::max(rs.ts, at[1]);

@@ -81,7 +81,7 @@ struct ThreadState {
   uint64_t fast_until;   // writes ending at or before this cursor need no checks (reserve_slow)
   uint8_t* lap_base;     // lap_base + cursor: where the cursor lies in the ring (this lap)
   RingHeader* ring;
-  uint64_t ring_dep;     // ring number << 32: this thread's dependencies
+  uint64_t ring_no;      // the ring's number in dependencies (1..254)
   uintptr_t stack_lo, stack_hi;
   uint32_t generation;   // g_generation when `ring` was claimed
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
@@ -251,7 +251,7 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bo
   t.alloc_until = t.fast_until > 23 ? t.fast_until - 23 : 0;
   // Exact for every cursor of this lap: a lap never crosses a multiple of 2^35, where the
   // entry's 32-bit event number would wrap.
-  t.entry_bias = table_entry(0, kLive, t.ring_dep | (uint32_t)(w >> 3)) - (w << 21);
+  t.entry_bias = table_entry(0, kLive, event_name(t.ring_no, w)) - (w << 21);
   return w;
 }
 
@@ -327,7 +327,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
     t.woke_at = t.write;
-    t.ring_dep = uint64_t(no) << 32;
+    t.ring_no = no;
     t.next_time = t.write;  // the first event carries a clock reading
     t.until_check = kCheckEvery;
     t.generation = g_generation;  // only a claimed ring makes the fast path valid
@@ -416,7 +416,7 @@ inline uint64_t table_swap(ThreadState& t, uint64_t p, uint64_t live, uint64_t w
   TableIndex ti = table_index(p);
   uint64_t* e = g_table + ti.index;
   uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
-  __atomic_store_n(e, table_entry(ti.tag, live, t.ring_dep | (uint32_t)(w >> 3)), __ATOMIC_RELAXED);
+  __atomic_store_n(e, table_entry(ti.tag, live, event_name(t.ring_no, w)), __ATOMIC_RELAXED);
   return (old & kTagMask) == (ti.tag & kTagMask) ? old >> kDepShift : 0;
 }
 

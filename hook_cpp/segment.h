@@ -119,6 +119,9 @@ struct alignas(64) RingHeader {
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
 // of that ring is past its start.
+constexpr uint64_t event_name(uint64_t ring_no, uint64_t start) {
+  return ring_no << 32 | uint32_t(start >> 3);
+}
 enum EventKind : uint8_t {
   kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
 };
@@ -140,7 +143,6 @@ constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux
 // pair, so a tag match names the pointer.
 constexpr uint64_t kTagMask = (uint64_t(1) << 21) - 1;
 constexpr uint64_t kLive = uint64_t(1) << 21;
-constexpr uint64_t kDepMask = (uint64_t(1) << 40) - 1;
 constexpr uint64_t table_entry(uint64_t tag, uint64_t live, uint64_t dep) {
   return dep << kDepShift | live | (tag & kTagMask);
 }
