@@ -239,7 +239,8 @@ class Consumer {
         __atomic_store_n(&ctl_->heartbeat_ns, monotonic_ns(), __ATOMIC_RELAXED);
         uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);
         size_t n = drain(false);
-        int us = n ? busy_us : idle_us;
+        // A drain that found much (a writer running ahead, toward a full ring) goes again at once.
+        int us = n >= kDrainAgain ? 0 : n ? busy_us : idle_us;
         struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
         // Woken early by a writer whose ring passed half full.
         syscall(SYS_futex, &ctl_->wake, FUTEX_WAIT, seen, &ts, nullptr, 0);
@@ -510,6 +511,7 @@ class Consumer {
     bool force = false;    // apply the next event without waiting
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
     uint32_t slot_stack[kStackSlots] = {};  // the stack each of its stack slots holds
+    uint64_t slot_depth[kStackSlots] = {};  // and that stack's depth bits (a pointer word's)
   };
 
   // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
@@ -619,15 +621,19 @@ class Consumer {
       n++;
       uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
       last_ts_ = ts;
-      const uint64_t ptr = at[1] & kPtrMask, frame = pseudo_frame(at[1]);
+      const uint64_t ptr = at[1] & kPtrMask;
+      // 1 + the stack slot of an allocation, or 0
+      const uint32_t slot = kind == kFree ? 0 : uint32_t(at[2] >> kSlotShift);
+      uint64_t* const depth = slot && slot <= kStackSlots ? &rs.slot_depth[slot - 1] : nullptr;
+      if (depth && nf) *depth = at[1] & ~kPtrMask;
+      const uint64_t frame = pseudo_frame(depth && !nf ? *depth : at[1]);
       if (kind == kFree) {
         apply({ts, ptr, 0, frame, 0, 0, rs.tid, op, 1});
       } else if (kind == kAlloc || kind == kRealloc) {
         // The allocating call's frame bounds the hook's from above: frames below it returned.
         const uint64_t below = frame ? frame - 1 : 0;
         if (kind == kRealloc) apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1});
-        const uint32_t slot = uint32_t(at[2] >> kSlotShift);  // 1 + the slot, or 0
-        uint32_t* held = slot && slot <= kStackSlots ? &rs.slot_stack[slot - 1] : nullptr;
+        uint32_t* held = depth ? &rs.slot_stack[slot - 1] : nullptr;
         uint32_t stack;
         if (nf == 0) {  // the slot's stack (a walk yields at least the call site)
           stack = held ? *held : 0;
@@ -810,6 +816,7 @@ class Consumer {
   std::vector<RingState> rings_;
   uint64_t last_ts_ = 0, prev_drain_ts_ = 0;
   static constexpr uint64_t kStuckNs = 2000000000;
+  static constexpr size_t kDrainAgain = 16384;  // events in one drain: no sleep before the next
   double sample_rate_ = 0;  // bytes; 0: every call traced
   std::vector<std::pair<size_t, uint32_t>> stacks_;  // (offset into frames_, count)
   std::vector<uint32_t> stack_next_;                // next stack id with the same hash

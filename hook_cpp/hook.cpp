@@ -89,6 +89,7 @@ struct ThreadState {
   uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
   uint64_t alloc_until;  // memhook_hook_malloc's bound: a 24-byte record fits at w < alloc_until
   uint64_t entry_bias;   // + (w << 21): the table entry of a live block allocated at w (this lap)
+  StackCache* last_slot;  // the slot of its latest allocation: the malloc hook looks there first
   // Slow paths only.
   uint8_t* data;         // the ring's data area
   uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
@@ -323,6 +324,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     // slot's stack from the record that fills it, in this ring's order.
     t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
     for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->sp = 0;
+    t.last_slot = stack_cache_at(t, 0);
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
@@ -552,6 +554,7 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
   const uint64_t ret0 = (uint64_t)*from.ret;
   uint32_t slot;
   StackCache* c = stack_slot(t, ret0, from, &slot);
+  t.last_slot = c;  // the slot of a stack just seen or just walked
   size &= kSizeMask;
   if (same_stack(c, from, ret0))  // the slot's stack again: no frames
     return {(p & kPtrMask) | c->high, size | c->slot_word, 0};
@@ -1032,7 +1035,9 @@ memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
 // slot holds the stack and the ring has room, keeps every value in the scratch registers a leaf
 // may use freely (compiled, the record saved five more and spent a third more instructions).
 // Anything else goes to compiled code, which decides again: framed_malloc when not tracing every
-// call or nested, memhook_record_malloc for any other record.
+// call, memhook_record_malloc for any other record. A nested call (the guard set: operator new's
+// malloc, or a signal handler's during a record) is known only after the real call, by the same
+// compare that checks the session, and returns unrecorded, as framed_malloc would.
 //
 // Its dependency is the table entry's as found, without asking whose it is: when another
 // pointer's, it names an earlier event (the entry was written before this hook read it), which
@@ -1042,8 +1047,8 @@ static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, lap_bas
               offsetof(ThreadState, ring) == 24 && offsetof(ThreadState, generation) == 56 &&
               offsetof(ThreadState, in_hook) == 60 && offsetof(ThreadState, stacks) == 64 &&
               offsetof(ThreadState, alloc_until) == 80 &&
-              offsetof(ThreadState, entry_bias) == 88 && offsetof(RingHeader, write) == 8 &&
-              offsetof(StackCache, high) == 24 && offsetof(StackCache, pairs_end) == 32 &&
+              offsetof(ThreadState, entry_bias) == 88 && offsetof(ThreadState, last_slot) == 96 &&
+              offsetof(RingHeader, write) == 8 && offsetof(StackCache, pairs_end) == 32 &&
               offsetof(StackCache, compare) == 40 && offsetof(StackCache, slot_word) == 48 &&
               offsetof(StackCache, pairs) == 64 && kStackSlots == 32 && kPtrBits == 47 &&
               kTagMask == 0x1fffff && kTableBits == 22 && kDepShift == 24 &&
@@ -1059,9 +1064,6 @@ memhook_hook_malloc:
   .cfi_startproc
   cmpl $1, memhook_active_here(%rip)
   jne 8f
-  movq memhook_t_state@gottpoff(%rip), %rax
-  cmpl $0, %fs:60(%rax)
-  jne 8f
   pushq %rdi                    # the size, and the stack aligned for the call
   .cfi_adjust_cfa_offset 8
   call *memhook_g_real+8(%rip)
@@ -1071,9 +1073,10 @@ memhook_hook_malloc:
   je 7f
   # The record. In: %rax = p (returned as is), %rsi = size.
   movq memhook_t_state@gottpoff(%rip), %r11
-  movl %fs:56(%r11), %edx
-  cmpl memhook_g_generation(%rip), %edx
-  jne memhook_compare_miss      # no ring claimed in this session
+  movl memhook_g_generation(%rip), %edx
+  cmpq %fs:56(%r11), %rdx       # this session's ring claimed, and the guard clear: one compare
+  jne 6f
+  movq %rdx, %xmm2              # the same 8 bytes clear the guard at the end
   movl $1, %fs:60(%r11)         # the guard, before the cursor is read
   movq %fs:0(%r11), %r10        # w
   cmpq %fs:80(%r11), %r10
@@ -1084,18 +1087,14 @@ memhook_hook_malloc:
   jae memhook_compare_miss
   movabsq $0x9E3779B97F4A7C15, %rdi
   movq (%rsp), %r8              # ret0
-  movq %rsp, %r9
-  xorq %r8, %r9
-  imulq %rdi, %r9
-  shrq $59, %r9                 # the stack slot (stack_slot())
-  imull memhook_g_stack_stride(%rip), %r9d
-  addq %fs:64(%r11), %r9        # its StackCache
+  movq %fs:96(%r11), %r9        # the slot of this thread's latest allocation first
   cmpq %rsp, (%r9)
-  jne memhook_compare_miss
+  jne 5f
   cmpq %rbp, 8(%r9)
-  jne memhook_compare_miss
+  jne 5f
   cmpq %r8, 16(%r9)
-  jne memhook_compare_miss
+  jne 5f
+4:
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
   movq 32(%r9), %r8             # &pairs[n]
@@ -1119,9 +1118,7 @@ memhook_compare_end:
   # The record: header(kAlloc, malloc, 0 frames, dependency), pointer word, size word.
   movq %fs:16(%r11), %r8
   addq %r10, %r8                # where it goes
-  movq %rax, %rcx
-  orq 24(%r9), %rcx
-  movq %rcx, 8(%r8)             # p | its depth bits
+  movq %rax, 8(%r8)             # p: its depth bits are the slot's (segment.h)
   orq 48(%r9), %rsi
   movq %rsi, 16(%r8)            # size | (slot + 1) << 56 (a returned block's size is below 2^56)
   # table_index(), then the entry: this event becomes p's latest, the old one its dependency.
@@ -1145,8 +1142,27 @@ memhook_compare_end:
   movq %r10, %fs:0(%r11)
   movq %fs:24(%r11), %rcx
   movq %r10, 8(%rcx)            # published
-  movl $0, %fs:60(%r11)
+  movq %xmm2, %fs:56(%r11)      # the guard cleared, as an 8-byte store the next compare reads
   ret
+6:
+  cmpl $0, %fs:60(%r11)
+  jne 7f                        # nested (a hook's own call, or a handler during a record)
+  jmp memhook_compare_miss      # no ring yet
+5:
+  movq %rsp, %r9
+  xorq %r8, %r9
+  imulq %rdi, %r9
+  shrq $59, %r9                 # the stack slot (stack_slot())
+  imull memhook_g_stack_stride(%rip), %r9d
+  addq %fs:64(%r11), %r9        # its StackCache
+  cmpq %rsp, (%r9)
+  jne memhook_compare_miss
+  cmpq %rbp, 8(%r9)
+  jne memhook_compare_miss
+  cmpq %r8, 16(%r9)
+  jne memhook_compare_miss
+  movq %r9, %fs:96(%r11)        # last_slot
+  jmp 4b
 memhook_compare_miss:
   movq %rax, %rdi
   movq %rsp, %rdx               # where the return address is

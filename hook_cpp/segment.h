@@ -18,7 +18,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 6;
+constexpr uint32_t kVersion = 7;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -108,7 +108,8 @@ struct alignas(64) RingHeader {
 // kPadding hdr          (skip to the ring's start)
 // ptr+depth: the pointer in the low kPtrBits bits; above them, how far the frame lies below the
 // top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
-// block was freed while the call that allocated it was still active.
+// block was freed while the call that allocated it was still active. An allocation that repeats
+// a slot's stack (below) has the depth of the record that filled the slot, whatever its bits.
 //
 // size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
 // frames are kept in (0: none). A kAlloc or kRealloc with frames and a slot fills the slot; one
