@@ -323,7 +323,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     // The slots' stacks were another thread's (or none): forget them. The consumer learns a
     // slot's stack from the record that fills it, in this ring's order.
     t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
-    for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->sp = 0;
+    for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->ret0 = 0;  // no call site
     t.last_slot = stack_cache_at(t, 0);
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
@@ -484,7 +484,7 @@ inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32
 // and the top of this thread's stack (the walk that filled the slot checked them, on this
 // thread: claim_ring empties the slots), so nothing read can fault.
 inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
-  if (c->sp != (uint64_t)from.ret || c->frame != (uint64_t)from.frame || c->ret0 != ret0)
+  if (c->frame != (uint64_t)from.frame || c->ret0 != ret0)
     return false;
   const uint32_t n = uint32_t((c->pairs_end - (uint64_t)c->pairs) / sizeof(StackCache::Pair));
   __m128i diff = _mm_setzero_si128();
@@ -533,7 +533,6 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
       if (next <= (uintptr_t)f || next > top) break;
       f = (void**)next;
     }
-    c->sp = (uint64_t)from.ret;
     c->frame = (uint64_t)from.frame;
     c->ret0 = ret0;
     c->high = with_depth(t, 0, *caller);
@@ -1048,8 +1047,9 @@ static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, lap_bas
               offsetof(ThreadState, in_hook) == 60 && offsetof(ThreadState, stacks) == 64 &&
               offsetof(ThreadState, alloc_until) == 80 &&
               offsetof(ThreadState, entry_bias) == 88 && offsetof(ThreadState, last_slot) == 96 &&
-              offsetof(RingHeader, write) == 8 && offsetof(StackCache, pairs_end) == 32 &&
-              offsetof(StackCache, compare) == 40 && offsetof(StackCache, slot_word) == 48 &&
+              offsetof(RingHeader, write) == 8 && offsetof(StackCache, frame) == 0 &&
+              offsetof(StackCache, ret0) == 8 && offsetof(StackCache, pairs_end) == 24 &&
+              offsetof(StackCache, compare) == 32 && offsetof(StackCache, slot_word) == 40 &&
               offsetof(StackCache, pairs) == 64 && kStackSlots == 32 && kPtrBits == 47 &&
               kTagMask == 0x1fffff && kTableBits == 22 && kDepShift == 24 &&
               kUnrolledPairs == 32 && header(kAlloc, ID_malloc, 0, 0) == 0x101 && kEvery == 1 &&
@@ -1085,20 +1085,17 @@ memhook_hook_malloc:
   shrq $26, %rdx                # the table tag, below 2^21 for a user-space pointer
   cmpq $0x200000, %rdx
   jae memhook_compare_miss
-  movabsq $0x9E3779B97F4A7C15, %rdi
   movq (%rsp), %r8              # ret0
   movq %fs:96(%r11), %r9        # the slot of this thread's latest allocation first
-  cmpq %rsp, (%r9)
+  cmpq %rbp, (%r9)
   jne 5f
-  cmpq %rbp, 8(%r9)
-  jne 5f
-  cmpq %r8, 16(%r9)
+  cmpq %r8, 8(%r9)
   jne 5f
 4:
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
-  movq 32(%r9), %r8             # &pairs[n]
-  jmp *40(%r9)
+  movq 24(%r9), %r8             # &pairs[n]
+  jmp *32(%r9)
   # Step i of n: xmm1 |= f_i[0..1] ^ pairs[i]; f_i+1 = pairs[i].next (same_stack()).
   .set pair_from_end, 32
 memhook_compare_first:
@@ -1119,22 +1116,22 @@ memhook_compare_end:
   movq %fs:16(%r11), %r8
   addq %r10, %r8                # where it goes
   movq %rax, 8(%r8)             # p: its depth bits are the slot's (segment.h)
-  orq 48(%r9), %rsi
+  orq 40(%r9), %rsi
   movq %rsi, 16(%r8)            # size | (slot + 1) << 56 (a returned block's size is below 2^56)
-  # table_index(), then the entry: this event becomes p's latest, the old one its dependency.
-  imulq %rdx, %rdi
-  shrq $40, %rdi
-  movq %rax, %rcx
-  shrq $4, %rcx
-  xorq %rcx, %rdi
-  andl $0x3fffff, %edi
-  movq memhook_g_table(%rip), %rcx
-  movq (%rcx,%rdi,8), %rsi      # the old entry
+  # The entry, then table_index(): this event becomes p's latest, the old one its dependency.
   movq %r10, %r9
   shlq $21, %r9
   addq %fs:88(%r11), %r9
   orq %rdx, %r9                 # table_entry(tag, kLive, this event)
-  movq %r9, (%rcx,%rdi,8)
+  imulq .Lmemhook_golden(%rip), %rdx
+  shrq $40, %rdx
+  movq %rax, %rcx
+  shrq $4, %rcx
+  xorq %rcx, %rdx
+  andl $0x3fffff, %edx
+  movq memhook_g_table(%rip), %rcx
+  movq (%rcx,%rdx,8), %rsi      # the old entry
+  movq %r9, (%rcx,%rdx,8)
   andq $-0x1000000, %rsi
   orq $0x101, %rsi
   movq %rsi, (%r8)
@@ -1151,15 +1148,13 @@ memhook_compare_end:
 5:
   movq %rsp, %r9
   xorq %r8, %r9
-  imulq %rdi, %r9
+  imulq .Lmemhook_golden(%rip), %r9
   shrq $59, %r9                 # the stack slot (stack_slot())
   imull memhook_g_stack_stride(%rip), %r9d
   addq %fs:64(%r11), %r9        # its StackCache
-  cmpq %rsp, (%r9)
+  cmpq %rbp, (%r9)
   jne memhook_compare_miss
-  cmpq %rbp, 8(%r9)
-  jne memhook_compare_miss
-  cmpq %r8, 16(%r9)
+  cmpq %r8, 8(%r9)
   jne memhook_compare_miss
   movq %r9, %fs:96(%r11)        # last_slot
   jmp 4b
@@ -1174,6 +1169,11 @@ memhook_compare_miss:
   jmp framed_malloc
   .cfi_endproc
   .size memhook_hook_malloc, .-memhook_hook_malloc
+  .section .rodata
+  .p2align 3
+.Lmemhook_golden:
+  .quad 0x9E3779B97F4A7C15
+  .text
   .hidden memhook_compare_first
   .hidden memhook_compare_end
   .hidden memhook_compare_miss

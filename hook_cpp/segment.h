@@ -160,17 +160,18 @@ inline TableIndex table_index(uint64_t p) {
 
 // The writer's side of a ring's stack slots, written and read by the hooks alone: the frame
 // walk each slot's stack came from, so that an allocation from the same stack is recognised
-// without walking. Key: the call's stack pointer (the return address's slot), its caller's frame
-// pointer and return address. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the
-// next frame) and f_i[1] (a return address); `pairs` holds those words. The same key and the
-// same 2n words now mean the same walk, and those loads do not depend on one another.
+// without walking. Key: the caller's frame pointer and the return address (ret0 0: an empty
+// slot); the call's stack pointer only helps pick the slot, since nothing recorded depends on
+// it. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the next frame) and f_i[1] (a
+// return address); `pairs` holds those words. The same key and the same 2n words now mean the
+// same walk, and those loads do not depend on one another.
 struct StackCache {
-  uint64_t sp, frame, ret0;
+  uint64_t frame, ret0;
   uint64_t high;        // the pointer word's depth bits (above kPtrBits)
   uint64_t pairs_end;   // &pairs[n], n <= depth
   uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
   uint64_t slot_word;   // (1 + the slot) << kSlotShift: an allocation record's size word bits
-  uint64_t pad;         // pairs are 16-byte aligned
+  uint64_t pad[2];      // pairs are 16-byte aligned
   struct Pair {
     uint64_t next, ret;
   } pairs[];
