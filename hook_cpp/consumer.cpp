@@ -302,7 +302,6 @@ class Consumer {
     }
     return d;
   }
-  uint64_t dropped() const { return dropped_counts().events; }
 
   py::dict totals() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -510,8 +509,10 @@ class Consumer {
     bool blocked = false;  // its next event waits for another ring
     bool force = false;    // apply the next event without waiting
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
-    uint32_t slot_stack[kStackSlots] = {};  // the stack each of its stack slots holds
-    uint64_t slot_depth[kStackSlots] = {};  // and that stack's depth bits (a pointer word's)
+    struct Held {
+      uint64_t depth;  // its depth bits (a pointer word's), from the record that filled it
+      uint32_t stack;
+    } slots[kStackSlots] = {};  // the stack each of its stack slots holds
   };
 
   // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
@@ -622,24 +623,23 @@ class Consumer {
       uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
       last_ts_ = ts;
       const uint64_t ptr = at[1] & kPtrMask;
-      // 1 + the stack slot of an allocation, or 0
-      const uint32_t slot = kind == kFree ? 0 : uint32_t(at[2] >> kSlotShift);
-      uint64_t* const depth = slot && slot <= kStackSlots ? &rs.slot_depth[slot - 1] : nullptr;
-      if (depth && nf) *depth = at[1] & ~kPtrMask;
-      const uint64_t frame = pseudo_frame(depth && !nf ? *depth : at[1]);
+      // An allocation's stack slot: one with frames fills it, one without repeats it.
+      const uint32_t slot = kind == kFree ? 0 : uint32_t(at[2] >> kSlotShift);  // 1 + it, or 0
+      RingState::Held* const held = slot && slot <= kStackSlots ? &rs.slots[slot - 1] : nullptr;
+      if (held && nf) held->depth = at[1] & ~kPtrMask;
+      const uint64_t frame = pseudo_frame(held && !nf ? held->depth : at[1]);
       if (kind == kFree) {
         apply({ts, ptr, 0, frame, 0, 0, rs.tid, op, 1});
       } else if (kind == kAlloc || kind == kRealloc) {
         // The allocating call's frame bounds the hook's from above: frames below it returned.
         const uint64_t below = frame ? frame - 1 : 0;
         if (kind == kRealloc) apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1});
-        uint32_t* held = depth ? &rs.slot_stack[slot - 1] : nullptr;
         uint32_t stack;
         if (nf == 0) {  // the slot's stack (a walk yields at least the call site)
-          stack = held ? *held : 0;
+          stack = held ? held->stack : 0;
         } else {
           stack = intern(at + (kind == kAlloc ? 3 : 5), nf);
-          if (held) *held = stack;
+          if (held) held->stack = stack;
         }
         apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0, event});
       }
@@ -950,6 +950,5 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("clock_origin", [](const Consumer& c) { return c.clock_origin(); })
       .def_property_readonly("started", &Consumer::started)
       .def_property_readonly("abandoned", &Consumer::abandoned)
-      .def_property_readonly("lib_base", &Consumer::lib_base)
-      .def_property_readonly("dropped", &Consumer::dropped);
+      .def_property_readonly("lib_base", &Consumer::lib_base);
 }

@@ -535,7 +535,6 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
     }
     c->frame = (uint64_t)from.frame;
     c->ret0 = ret0;
-    c->high = with_depth(t, 0, *caller);
     c->pairs_end = (uint64_t)pr;
     c->compare = compare_entry(uint32_t(pr - c->pairs));
   }
@@ -556,7 +555,7 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
   t.last_slot = c;  // the slot of a stack just seen or just walked
   size &= kSizeMask;
   if (same_stack(c, from, ret0))  // the slot's stack again: no frames
-    return {(p & kPtrMask) | c->high, size | c->slot_word, 0};
+    return {p & kPtrMask, size | c->slot_word, 0};  // its depth is the slot's (segment.h)
   uint64_t caller;
   const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
   if (!caller) return {with_depth(t, p, 0), size, n};
@@ -1048,8 +1047,8 @@ static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, lap_bas
               offsetof(ThreadState, alloc_until) == 80 &&
               offsetof(ThreadState, entry_bias) == 88 && offsetof(ThreadState, last_slot) == 96 &&
               offsetof(RingHeader, write) == 8 && offsetof(StackCache, frame) == 0 &&
-              offsetof(StackCache, ret0) == 8 && offsetof(StackCache, pairs_end) == 24 &&
-              offsetof(StackCache, compare) == 32 && offsetof(StackCache, slot_word) == 40 &&
+              offsetof(StackCache, ret0) == 8 && offsetof(StackCache, pairs_end) == 16 &&
+              offsetof(StackCache, compare) == 24 && offsetof(StackCache, slot_word) == 32 &&
               offsetof(StackCache, pairs) == 64 && kStackSlots == 32 && kPtrBits == 47 &&
               kTagMask == 0x1fffff && kTableBits == 22 && kDepShift == 24 &&
               kUnrolledPairs == 32 && header(kAlloc, ID_malloc, 0, 0) == 0x101 && kEvery == 1 &&
@@ -1094,8 +1093,8 @@ memhook_hook_malloc:
 4:
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
-  movq 24(%r9), %r8             # &pairs[n]
-  jmp *32(%r9)
+  movq 16(%r9), %r8             # &pairs[n]
+  jmp *24(%r9)
   # Step i of n: xmm1 |= f_i[0..1] ^ pairs[i]; f_i+1 = pairs[i].next (same_stack()).
   .set pair_from_end, 32
 memhook_compare_first:
@@ -1116,7 +1115,7 @@ memhook_compare_end:
   movq %fs:16(%r11), %r8
   addq %r10, %r8                # where it goes
   movq %rax, 8(%r8)             # p: its depth bits are the slot's (segment.h)
-  orq 40(%r9), %rsi
+  orq 32(%r9), %rsi
   movq %rsi, 16(%r8)            # size | (slot + 1) << 56 (a returned block's size is below 2^56)
   # The entry, then table_index(): this event becomes p's latest, the old one its dependency.
   movq %r10, %r9

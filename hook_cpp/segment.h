@@ -109,7 +109,7 @@ struct alignas(64) RingHeader {
 // ptr+depth: the pointer in the low kPtrBits bits; above them, how far the frame lies below the
 // top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
 // block was freed while the call that allocated it was still active. An allocation that repeats
-// a slot's stack (below) has the depth of the record that filled the slot, whatever its bits.
+// a slot's stack (below) sends no depth bits: it has the depth of the record that filled the slot.
 //
 // size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
 // frames are kept in (0: none). A kAlloc or kRealloc with frames and a slot fills the slot; one
@@ -167,11 +167,10 @@ inline TableIndex table_index(uint64_t p) {
 // same walk, and those loads do not depend on one another.
 struct StackCache {
   uint64_t frame, ret0;
-  uint64_t high;        // the pointer word's depth bits (above kPtrBits)
   uint64_t pairs_end;   // &pairs[n], n <= depth
   uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
   uint64_t slot_word;   // (1 + the slot) << kSlotShift: an allocation record's size word bits
-  uint64_t pad[2];      // pairs are 16-byte aligned
+  uint64_t pad[3];      // pairs start a cache line
   struct Pair {
     uint64_t next, ret;
   } pairs[];
