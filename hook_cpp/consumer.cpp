@@ -868,7 +868,7 @@ void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
                     const std::vector<uint64_t>& known, double abandon_after_s,
-                    uint64_t sample_rate) {
+                    uint64_t sample_rate, bool no_avx512) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
@@ -890,6 +890,7 @@ void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth
   c->min_size = min_size;
   c->max_size = max_size;
   c->sample_rate = sample_rate;
+  c->no_avx512 = no_avx512;
   c->target_pid = pid;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
@@ -914,7 +915,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
         py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
-        py::arg("abandon_after_s"), py::arg("sample_rate") = 0);
+        py::arg("abandon_after_s"), py::arg("sample_rate") = 0,
+        py::arg("no_avx512") = false);
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;
@@ -929,6 +931,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("MAX_LATE_SLOTS") = kMaxLateSlots;
   m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
+  m.attr("MODE_OFF") = (int)kOff;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
       .def(py::init<int>(), py::arg("segment_fd"))

@@ -65,14 +65,15 @@ Control* g_ctl;
 uint8_t* g_rings;
 uint8_t* g_stack_caches;  // kStackSlots StackCache entries per ring (segment.h)
 uint32_t g_stack_stride asm("memhook_g_stack_stride");  // bytes per entry
-uint64_t* g_table asm("memhook_g_table");  // the address table (segment.h)
+// The address table (segment.h): the hooks' own, so here rather than in the shared segment, where
+// the malloc hook addresses it relative to its own code instead of loading a pointer. Pages are
+// touched on demand; memhook_start empties it.
+alignas(4096) uint64_t g_table[uint64_t(1) << kTableBits] asm("memhook_table");
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look
 bool g_size_filter;      // --min-size / --max-size given
-// Bumped on every attach: stale per-thread ring pointers re-claim.
-uint32_t g_generation asm("memhook_g_generation");
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
 struct ThreadState {
@@ -83,7 +84,7 @@ struct ThreadState {
   RingHeader* ring;
   uint64_t ring_no;      // the ring's number in dependencies (1..254)
   uintptr_t stack_lo, stack_hi;
-  uint32_t generation;   // g_generation when `ring` was claimed
+  uint32_t generation;   // g_session.generation when `ring` was claimed
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
   uint8_t* stacks;   // the ring's stack caches
   uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
@@ -138,21 +139,30 @@ constexpr Nests kNests;
 
 }  // namespace
 
-// Read by every hook; cleared by memhook on detach (through GDB) and in a forked child. Nonzero
-// values say how allocations are chosen, so the hooks' entries read one word.
-enum Mode : int { kOff = 0, kEvery = 1, kSelective = 2 /* a size filter or sampling */ };
-extern "C" __attribute__((visibility("default"))) volatile int memhook_active;
-volatile int memhook_active;
-// The hooks read it through a local alias: no GOT load on the hot path.
-extern "C" __attribute__((visibility("hidden"), alias("memhook_active"))) volatile int
-    memhook_active_here;
+// The session word, read by every hook: the session's generation (bumped on every attach: stale
+// per-thread ring pointers re-claim) and the mode (segment.h), which memhook sets to kOff on
+// detach (through GDB, as memhook_active) and a forked child sets itself. One 8-byte word, so
+// that the malloc hook compares both with the thread's (generation, guard) in one load.
+namespace {
+struct alignas(8) Session {
+  uint32_t generation;
+  volatile int32_t mode;
+};
+Session g_session asm("memhook_session") = {0, kOff};
+}  // namespace
+asm(R"(
+  .globl memhook_active
+  .type memhook_active, @object
+  .size memhook_active, 4
+  .set memhook_active, memhook_session + 4
+)");
 // Where the control block is mapped in the target, for memhook's detach script.
 extern "C" __attribute__((visibility("default"))) Control* volatile memhook_ctl;
 Control* volatile memhook_ctl;
 
 namespace {
 
-inline int mode() { return __atomic_load_n(&memhook_active_here, __ATOMIC_RELAXED); }
+inline int mode() { return __atomic_load_n(&g_session.mode, __ATOMIC_RELAXED); }
 inline bool active() { return mode() != kOff; }
 
 inline uint64_t now() {
@@ -332,7 +342,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.ring_no = no;
     t.next_time = t.write;  // the first event carries a clock reading
     t.until_check = kCheckEvery;
-    t.generation = g_generation;  // only a claimed ring makes the fast path valid
+    t.generation = g_session.generation;  // only a claimed ring makes the fast path valid
     write_marker(t, header(kThread, 0, 0, t.tid), 0, 1);
   }
   return got;
@@ -367,8 +377,8 @@ double log_unit(double x) {
 
 // Bytes until the next sample: exponential with mean g_sample_rate.
 __attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
-  if (t.sample_generation != g_generation) {
-    t.sample_generation = g_generation;
+  if (t.sample_generation != g_session.generation) {
+    t.sample_generation = g_session.generation;
     t.rng = (uint64_t)syscall(SYS_gettid) * 0x9E3779B97F4A7C15ull ^ __rdtsc();
   }
   uint64_t x = t.rng ? t.rng : 0x2545F4914F6CDD1Dull;
@@ -386,7 +396,7 @@ __attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
 // and exact when the rate is unchanged.
 __attribute__((noinline)) bool chosen_slow(ThreadState& t, uint64_t size) {
   if (!g_sample_rate) return !g_size_filter || size_wanted(size);
-  if (t.sample_generation != g_generation) {  // this thread's first look in this session
+  if (t.sample_generation != g_session.generation) {  // this thread's first look in this session
     t.sample_left = next_sample_interval(t) - (int64_t)size;
     if (t.sample_left > 0) return false;
   }
@@ -474,7 +484,7 @@ inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
 // wrapper (one call site, many stacks) called from different depths uses different slots.
 inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32_t* slot) {
   constexpr int bits = __builtin_ctz(kStackSlots);
-  *slot = uint32_t(((ret0 ^ (uint64_t)from.ret) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+  *slot = uint32_t(uint32_t(ret0 ^ (uint64_t)from.ret) * kGolden32) >> (32 - bits);
   return stack_cache_at(t, *slot);
 }
 
@@ -486,10 +496,9 @@ inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32
 inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
   if (c->frame != (uint64_t)from.frame || c->ret0 != ret0)
     return false;
-  const uint32_t n = uint32_t((c->pairs_end - (uint64_t)c->pairs) / sizeof(StackCache::Pair));
   __m128i diff = _mm_setzero_si128();
   const void* f = from.frame;
-  for (uint32_t i = 0; i < n; i++) {
+  for (uint32_t i = c->first; i < c->first + c->n; i++) {
     const __m128i want = _mm_load_si128((const __m128i*)&c->pairs[i]);
     diff = _mm_or_si128(diff, _mm_xor_si128(_mm_loadu_si128((const __m128i*)f), want));
     f = (const void*)c->pairs[i].next;
@@ -497,14 +506,18 @@ inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
 }
 
-// memhook_hook_malloc compares a slot's pairs in an unrolled sequence of kUnrolledPairs
-// equal-sized steps; a slot of n pairs enters it n steps before the end (n above: the miss).
-constexpr uint32_t kUnrolledPairs = 32;
-extern "C" const char memhook_compare_first[], memhook_compare_end[], memhook_compare_miss[];
+// memhook_hook_malloc compares a slot's pairs in an unrolled sequence of kAlignedPairs steps,
+// step j comparing pairs[j] (StackCache): a slot of n pairs enters it at step kAlignedPairs - n
+// (n above: the miss). Two such sequences: with AVX-512 (3 instructions a step) or SSE4.1 (4).
+// Every step but the last, which follows no pointer, has the same size.
+extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
+    memhook_compare_avx512_last[], memhook_compare_miss[];
+const char* g_compare_first;  // the sequence this CPU runs (memhook_start)
+const char* g_compare_last;
 inline uint64_t compare_entry(uint32_t n) {
-  if (n > kUnrolledPairs) return (uint64_t)memhook_compare_miss;
-  const uint64_t step = (memhook_compare_end - memhook_compare_first) / kUnrolledPairs;
-  return (uint64_t)memhook_compare_end - n * step;
+  if (n > kAlignedPairs) return (uint64_t)memhook_compare_miss;
+  const uint64_t step = (g_compare_last - g_compare_first) / (kAlignedPairs - 1);
+  return (uint64_t)g_compare_first + (kAlignedPairs - n) * step;
 }
 
 // Frame-pointer walk from the call site (ret0, the return address in from.ret). Each frame
@@ -533,10 +546,13 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
       if (next <= (uintptr_t)f || next > top) break;
       f = (void**)next;
     }
+    const uint32_t n = uint32_t(pr - c->pairs);
+    c->first = n <= kAlignedPairs ? kAlignedPairs - n : 0;
+    if (c->first) memmove(c->pairs + c->first, c->pairs, n * sizeof(StackCache::Pair));
+    c->n = n;
     c->frame = (uint64_t)from.frame;
     c->ret0 = ret0;
-    c->pairs_end = (uint64_t)pr;
-    c->compare = compare_entry(uint32_t(pr - c->pairs));
+    c->compare = compare_entry(n);
   }
   return uint32_t(o - out);
 }
@@ -574,7 +590,7 @@ inline void drop_free(RingHeader* r) {
 // This thread's ring, claimed on its first event of a session; false: the event is lost (and
 // counted).
 inline bool event_ring(ThreadState& t, bool is_free = false) {
-  if (__builtin_expect(t.generation != g_generation, 0) && !claim_ring(t)) {
+  if (__builtin_expect(t.generation != g_session.generation, 0) && !claim_ring(t)) {
     count_no_ring(is_free);
     return false;
   }
@@ -596,7 +612,7 @@ inline void leave(ThreadState& t) {
 // without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until and
 // free_until).
 inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes, bool is_free = false) {
-  return __builtin_expect(t.generation == g_generation && w + bytes <= room_until(t, is_free), 1);
+  return __builtin_expect(t.generation == g_session.generation && w + bytes <= room_until(t, is_free), 1);
 }
 
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
@@ -861,7 +877,7 @@ void forget_unloaded() {
   unlock_scan();
 }
 
-void forked_child() { memhook_active = 0; }  // the child must not write into the parent's rings
+void forked_child() { g_session.mode = kOff; }  // the child must not write into the parent's rings
 
 void restore_slots(PatchedSlot* slots, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
@@ -880,13 +896,15 @@ int g_abandoning;
 // back. Runs once, on whichever thread noticed; takes only the scan lock (dlopen hooks' own).
 __attribute__((noinline)) void abandon() {
   if (__atomic_exchange_n(&g_abandoning, 1, __ATOMIC_ACQUIRE)) return;
-  __atomic_store_n(&memhook_active, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   lock_scan();
   restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
   restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
-  madvise(g_table, segment_bytes(g_nrings, g_ring_bytes, g_depth) - table_offset(), MADV_REMOVE);
+  madvise((uint8_t*)c + rings_offset(), segment_bytes(g_nrings, g_ring_bytes, g_depth) - rings_offset(),
+          MADV_REMOVE);
+  madvise(g_table, sizeof g_table, MADV_DONTNEED);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }
 
@@ -917,9 +935,10 @@ void check_consumer() {
 // same (a sibling call reuses it).
 // Sampling sessions point slots at memhook_sample_* instead: it counts the thread's countdown
 // down and tail-calls the real function while no sample is due (a few instructions, no frame
-// of its own), else tail-calls memhook_hook_*.
-// memhook_hook_* is the compiled hook itself (framed_*), or for malloc, the hottest of them, an
-// assembly entry below that falls back to it.
+// of its own), else tail-calls framed_*. Sessions with a size filter point them at
+// memhook_filter_*, the compiled hook itself.
+// memhook_hook_* (every call) is the compiled hook itself (framed_*), or for malloc, the hottest
+// of them, an assembly entry below that records every call, and falls back to it.
 #define FRAMED_ENTRY(sym, ret, params)                                 \
   extern "C" __attribute__((visibility("default"), alias("framed_" #sym))) ret \
   memhook_hook_##sym params;
@@ -966,8 +985,10 @@ void check_consumer() {
       Guard guard(t); /* its inner malloc is this call, not another */ \
       return REAL(sym) args;                                           \
     }                                                                  \
-    return memhook_hook_##sym args;                                    \
-  }
+    return framed_##sym args;                                          \
+  }                                                                    \
+  extern "C" __attribute__((visibility("default"), alias("framed_" #sym))) ret \
+  memhook_filter_##sym params;
 
 // Frees are recorded before the real call. In sampling mode only frees of sampled blocks are
 // recorded (sampled_live says which), and the sampling entry (memhook_sample_*) passes every
@@ -1025,6 +1046,7 @@ HOOK_A(_ZnamSt11align_val_tRKSt9nothrow_t, void*, (size_t n, size_t a, const voi
 // entry found it.
 extern "C" __attribute__((visibility("hidden"), noinline, optimize("omit-frame-pointer"))) void*
 memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
+  if (mode() != kEvery) return p;  // a call that entered as memhook changed modes (or detached)
   return record_alloc_leaf<ID_malloc>(p, size, Origin{ret, frame});
 }
 
@@ -1047,22 +1069,54 @@ static_assert(offsetof(ThreadState, write) == 0 && offsetof(ThreadState, lap_bas
               offsetof(ThreadState, alloc_until) == 80 &&
               offsetof(ThreadState, entry_bias) == 88 && offsetof(ThreadState, last_slot) == 96 &&
               offsetof(RingHeader, write) == 8 && offsetof(StackCache, frame) == 0 &&
-              offsetof(StackCache, ret0) == 8 && offsetof(StackCache, pairs_end) == 16 &&
-              offsetof(StackCache, compare) == 24 && offsetof(StackCache, slot_word) == 32 &&
-              offsetof(StackCache, pairs) == 64 && kStackSlots == 32 && kPtrBits == 47 &&
-              kTagMask == 0x1fffff && kTableBits == 22 && kDepShift == 24 &&
-              kUnrolledPairs == 32 && header(kAlloc, ID_malloc, 0, 0) == 0x101 && kEvery == 1 &&
-              sizeof(g_generation) == 4 && sizeof(ThreadState::in_hook) == 4,
+              offsetof(StackCache, ret0) == 8 && offsetof(StackCache, compare) == 24 &&
+              offsetof(StackCache, slot_word) == 32 && offsetof(StackCache, pairs) == 64 &&
+              kStackSlots == 32 && kPtrBits == 47 && kTagMask == 0x1fffff && kTableBits == 22 &&
+              kDepShift == 24 && kAlignedPairs == 32 && kGolden32 == 0x9E3779B9 &&
+              header(kAlloc, ID_malloc, 0, 0) == 0x101 && kEvery == 0 &&
+              offsetof(Session, mode) == 4 && sizeof(ThreadState::in_hook) == 4,
               "memhook_hook_malloc reads these as constants");
 asm(R"(
+  # The record once the slot's stack compared equal (%xmm1 zero). In: %rax = p (returned as
+  # is), %rsi = size, %rdx = the table tag, %r9 = the slot, %r10 = w, %r11 = the state.
+  .macro memhook_malloc_record
+  ptest %xmm1, %xmm1            # SSE4.1 (memhook_start checks)
+  jnz memhook_compare_miss
+  # header(kAlloc, malloc, 0 frames, dependency), pointer word, size word.
+  movq %fs:16(%r11), %r8        # where it goes: %r8 + w
+  movq %rax, 8(%r8,%r10)        # p: its depth bits are the slot's (segment.h)
+  orq 32(%r9), %rsi
+  movq %rsi, 16(%r8,%r10)       # size | (slot + 1) << 56 (a returned block's size is below 2^56)
+  # The entry, then table_index(): this event becomes p's latest, the old one its dependency.
+  movq %r10, %r9
+  shlq $21, %r9
+  addq %fs:88(%r11), %r9
+  orq %rdx, %r9                 # table_entry(tag, kLive, this event)
+  imull $0x9E3779B9, %edx, %edx
+  movq %rax, %rcx
+  shrq $4, %rcx
+  xorq %rcx, %rdx
+  andl $0x3fffff, %edx
+  leaq memhook_table(%rip), %rcx
+  movq (%rcx,%rdx,8), %rsi      # the old entry
+  movq %r9, (%rcx,%rdx,8)
+  andq $-0x1000000, %rsi
+  orq $0x101, %rsi
+  movq %rsi, (%r8,%r10)
+  addq $24, %r10
+  movq %r10, %fs:0(%r11)
+  movq %fs:24(%r11), %rcx
+  movq %r10, 8(%rcx)            # published
+  movq %rdi, %fs:56(%r11)       # the guard cleared, as an 8-byte store the next compare reads
+  ret
+  .endm
+
   .text
   .globl memhook_hook_malloc
   .type memhook_hook_malloc, @function
   .p2align 4
 memhook_hook_malloc:
   .cfi_startproc
-  cmpl $1, memhook_active_here(%rip)
-  jne 8f
   pushq %rdi                    # the size, and the stack aligned for the call
   .cfi_adjust_cfa_offset 8
   call *memhook_g_real+8(%rip)
@@ -1070,12 +1124,10 @@ memhook_hook_malloc:
   .cfi_adjust_cfa_offset -8
   testq %rax, %rax
   je 7f
-  # The record. In: %rax = p (returned as is), %rsi = size.
   movq memhook_t_state@gottpoff(%rip), %r11
-  movl memhook_g_generation(%rip), %edx
-  cmpq %fs:56(%r11), %rdx       # this session's ring claimed, and the guard clear: one compare
-  jne 6f
-  movq %rdx, %xmm2              # the same 8 bytes clear the guard at the end
+  movq memhook_session(%rip), %rdi
+  cmpq %fs:56(%r11), %rdi       # tracing every call, this session's ring claimed, the guard clear
+  jne 6f                        # (and the same 8 bytes clear the guard at the end)
   movl $1, %fs:60(%r11)         # the guard, before the cursor is read
   movq %fs:0(%r11), %r10        # w
   cmpq %fs:80(%r11), %r10
@@ -1093,53 +1145,40 @@ memhook_hook_malloc:
 4:
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
-  movq 16(%r9), %r8             # &pairs[n]
   jmp *24(%r9)
-  # Step i of n: xmm1 |= f_i[0..1] ^ pairs[i]; f_i+1 = pairs[i].next (same_stack()).
-  .set pair_from_end, 32
-memhook_compare_first:
-  .rept 32
-  movdqu (%rcx), %xmm0
-  {disp32} pxor -16*pair_from_end(%r8), %xmm0
-  {disp32} movq -16*pair_from_end(%r8), %rcx
-  por %xmm0, %xmm1
-  .set pair_from_end, pair_from_end - 1
+  # Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()).
+memhook_compare_avx512:
+  .set pair, 0
+  .rept 31
+  vmovdqu (%rcx), %xmm0
+  vpternlogq $0xf6, 64+16*pair(%r9), %xmm0, %xmm1
+  {disp32} movq 64+16*pair(%r9), %rcx
+  .set pair, pair + 1
   .endr
-memhook_compare_end:
-  .if memhook_compare_end - memhook_compare_first - 32 * 24
+memhook_compare_avx512_last:
+  .if memhook_compare_avx512_last - memhook_compare_avx512 - 31 * 19
   .error "the comparison's steps differ in size"
   .endif
-  ptest %xmm1, %xmm1            # SSE4.1 (memhook_start checks)
-  jnz memhook_compare_miss
-  # The record: header(kAlloc, malloc, 0 frames, dependency), pointer word, size word.
-  movq %fs:16(%r11), %r8
-  addq %r10, %r8                # where it goes
-  movq %rax, 8(%r8)             # p: its depth bits are the slot's (segment.h)
-  orq 32(%r9), %rsi
-  movq %rsi, 16(%r8)            # size | (slot + 1) << 56 (a returned block's size is below 2^56)
-  # The entry, then table_index(): this event becomes p's latest, the old one its dependency.
-  movq %r10, %r9
-  shlq $21, %r9
-  addq %fs:88(%r11), %r9
-  orq %rdx, %r9                 # table_entry(tag, kLive, this event)
-  imulq .Lmemhook_golden(%rip), %rdx
-  shrq $40, %rdx
-  movq %rax, %rcx
-  shrq $4, %rcx
-  xorq %rcx, %rdx
-  andl $0x3fffff, %edx
-  movq memhook_g_table(%rip), %rcx
-  movq (%rcx,%rdx,8), %rsi      # the old entry
-  movq %r9, (%rcx,%rdx,8)
-  andq $-0x1000000, %rsi
-  orq $0x101, %rsi
-  movq %rsi, (%r8)
-  addq $24, %r10
-  movq %r10, %fs:0(%r11)
-  movq %fs:24(%r11), %rcx
-  movq %r10, 8(%rcx)            # published
-  movq %xmm2, %fs:56(%r11)      # the guard cleared, as an 8-byte store the next compare reads
-  ret
+  vmovdqu (%rcx), %xmm0
+  vpternlogq $0xf6, 64+16*31(%r9), %xmm0, %xmm1
+  memhook_malloc_record
+memhook_compare_sse:
+  .set pair, 0
+  .rept 31
+  movdqu (%rcx), %xmm0
+  {disp32} pxor 64+16*pair(%r9), %xmm0
+  {disp32} movq 64+16*pair(%r9), %rcx
+  por %xmm0, %xmm1
+  .set pair, pair + 1
+  .endr
+memhook_compare_sse_last:
+  .if memhook_compare_sse_last - memhook_compare_sse - 31 * 24
+  .error "the comparison's steps differ in size"
+  .endif
+  movdqu (%rcx), %xmm0
+  pxor 64+16*31(%r9), %xmm0
+  por %xmm0, %xmm1
+  memhook_malloc_record
 6:
   cmpl $0, %fs:60(%r11)
   jne 7f                        # nested (a hook's own call, or a handler during a record)
@@ -1147,8 +1186,8 @@ memhook_compare_end:
 5:
   movq %rsp, %r9
   xorq %r8, %r9
-  imulq .Lmemhook_golden(%rip), %r9
-  shrq $59, %r9                 # the stack slot (stack_slot())
+  imull $0x9E3779B9, %r9d, %r9d
+  shrl $27, %r9d                # the stack slot (stack_slot())
   imull memhook_g_stack_stride(%rip), %r9d
   addq %fs:64(%r11), %r9        # its StackCache
   cmpq %rbp, (%r9)
@@ -1164,20 +1203,17 @@ memhook_compare_miss:
   jmp memhook_record_malloc     # returns p
 7:
   ret
-8:
-  jmp framed_malloc
   .cfi_endproc
   .size memhook_hook_malloc, .-memhook_hook_malloc
-  .section .rodata
-  .p2align 3
-.Lmemhook_golden:
-  .quad 0x9E3779B97F4A7C15
-  .text
-  .hidden memhook_compare_first
-  .hidden memhook_compare_end
+  .hidden memhook_compare_avx512
+  .hidden memhook_compare_avx512_last
+  .hidden memhook_compare_sse
+  .hidden memhook_compare_sse_last
   .hidden memhook_compare_miss
-  .globl memhook_compare_first
-  .globl memhook_compare_end
+  .globl memhook_compare_avx512
+  .globl memhook_compare_avx512_last
+  .globl memhook_compare_sse
+  .globl memhook_compare_sse_last
   .globl memhook_compare_miss
 )");
 
@@ -1327,6 +1363,11 @@ void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
 extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
   unsigned eax, ebx, ecx, edx;  // memhook_hook_malloc uses ptest
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return -5;
+  // Its 3-instruction comparison step needs AVX-512VL, and the kernel keeping AVX-512 state.
+  unsigned xcr0 = 0, xcr0_hi;
+  if (ecx & bit_OSXSAVE) asm("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+  const bool avx512 = (xcr0 & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+                      (ebx & bit_AVX512F) && (ebx & bit_AVX512VL);
   int fd = open(shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st;
@@ -1349,17 +1390,22 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     return -4;
   }
   const bool was_active = active();
-  memhook_active = 0;
+  g_session.mode = kOff;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   m = settle_segment(m, bytes, fd, was_active);
   close(fd);
   c = (Control*)m;
   g_ctl = c;
   memhook_ctl = c;
-  g_table = (uint64_t*)((uint8_t*)m + table_offset());
+  // Anonymous zero pages (the table is page-aligned, so none shares a page with .data): the
+  // previous session's entries are gone.
+  madvise(g_table, sizeof g_table, MADV_DONTNEED);
   g_rings = (uint8_t*)m + rings_offset();
   g_stack_caches = (uint8_t*)m + stack_caches_offset(c->nrings, c->ring_bytes);
   g_stack_stride = (uint32_t)stack_cache_stride(c->depth);
+  const bool step3 = avx512 && !c->no_avx512;
+  g_compare_first = step3 ? memhook_compare_avx512 : memhook_compare_sse;
+  g_compare_last = step3 ? memhook_compare_avx512_last : memhook_compare_sse_last;
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;
   g_depth = c->depth;
@@ -1372,8 +1418,11 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   for (int id = 1; id < kMaxHooks; id++)
     if (c->real[id]) g_real[id] = (void*)c->real[id];
   // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
-#define ENTRY_A(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
-#define ENTRY_F ENTRY_A
+#define ENTRY_A(sym)                            \
+  (c->sample_rate   ? (void*)&memhook_sample_##sym \
+   : g_size_filter ? (void*)&memhook_filter_##sym \
+                   : (void*)&memhook_hook_##sym)
+#define ENTRY_F(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
 #define ENTRY_R(sym) (void*)&memhook_hook_##sym
 #define ENTRY_L(sym) (void*)&memhook_hook_##sym
 #define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);
@@ -1402,10 +1451,10 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
     pthread_atfork(nullptr, nullptr, forked_child);
   }
   memset(g_sampled, 0, sizeof g_sampled);  // the new table has no sampled block
-  g_generation++;
+  g_session.generation++;
   g_abandoning = 0;
   c->started = 1;
-  __atomic_store_n(&memhook_active, g_selective ? kSelective : kEvery, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_session.mode, g_selective ? kSelective : kEvery, __ATOMIC_RELEASE);
   return 0;
 }
 

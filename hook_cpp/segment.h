@@ -1,6 +1,7 @@
 // Layout of the shared-memory segment between the hook library (writer, inside the target) and
-// the consumer (reader, inside memhook). One control block, the address table, then one ring per
-// writer thread.
+// the consumer (reader, inside memhook): one control block, then one ring per writer thread, then
+// the rings' stack caches. (The address table below is the hooks' alone: it lives in the hook
+// library.)
 //
 // Ordering across rings without a clock on the hot path. Events of one thread are in ring order.
 // Events of different threads on the same pointer are ordered by the allocator itself (a block is
@@ -18,7 +19,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 7;
+constexpr uint32_t kVersion = 8;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -30,6 +31,10 @@ constexpr uint64_t kTimeEveryBytes = 4096;  // ring bytes between a thread's TSC
 constexpr uint32_t kCheckEvery = 32;  // TSC records between a thread's heartbeat checks
 
 enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
+// How the hooks choose what to record (the hook library's memhook_active). kEvery is 0 and no
+// value is 1: the malloc hook compares the mode, with the session's generation, against a
+// thread's (generation, recursion guard), so only "every call, guard clear" may compare equal.
+enum Mode : int32_t { kEvery = 0, kSelective = 2 /* a size filter or sampling */, kOff = 3 };
 enum SlotState : uint32_t { kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2 };
 
 // A patched GOT/data slot: by memhook through GDB (Control::slots) or by the target itself for a
@@ -59,7 +64,7 @@ struct alignas(64) Control {
   uint64_t target_pid;
   uint64_t real[kMaxHooks];  // address of each real function in the target, 0 if unknown
   uint32_t nknown;
-  uint32_t pad0;
+  uint32_t no_avx512;  // 1: the malloc hook compares stacks with SSE4.1 even where AVX-512 runs
   uint64_t known_bases[kMaxKnownObjects];  // objects memhook handled (or skips) at attach
 
   // Futex word: a writer whose ring passes half full bumps it and wakes the consumer.
@@ -147,15 +152,18 @@ constexpr uint64_t kLive = uint64_t(1) << 21;
 constexpr uint64_t table_entry(uint64_t tag, uint64_t live, uint64_t dep) {
   return dep << kDepShift | live | (tag & kTagMask);
 }
+constexpr uint32_t kGolden32 = 0x9E3779B9;  // 2^32 / golden ratio
 struct TableIndex {
   uint64_t index, tag;
 };
 inline TableIndex table_index(uint64_t p) {
   uint64_t a = p >> 4;  // 16-byte granules: 43 bits of user address
   uint64_t tag = a >> kTableBits;
-  // A multiplied tag moves each 64 MiB window to its own random offset: glibc's thread arenas
-  // are 64 MiB-aligned and fill alike, and plain folding would stack their blocks together.
-  return {(a ^ (tag * 0x9E3779B97F4A7C15ull >> 40)) & ((uint64_t(1) << kTableBits) - 1), tag};
+  // A multiplied tag moves each 64 MiB window to its own offset: glibc's thread arenas are
+  // 64 MiB-aligned and fill alike, and plain folding would stack their blocks together. An odd
+  // multiplier sends consecutive windows kGolden32 apart (mod the table), which spreads them;
+  // the malloc hook multiplies by an immediate and loads nothing.
+  return {(a ^ uint64_t(uint32_t(tag) * kGolden32)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 
 // The writer's side of a ring's stack slots, written and read by the hooks alone: the frame
@@ -165,9 +173,14 @@ inline TableIndex table_index(uint64_t p) {
 // it. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the next frame) and f_i[1] (a
 // return address); `pairs` holds those words. The same key and the same 2n words now mean the
 // same walk, and those loads do not depend on one another.
+//
+// A walk of n <= kAlignedPairs pairs is kept in pairs[kAlignedPairs - n, kAlignedPairs), so that
+// the malloc hook finds pair j of any such walk at the same offset from the slot; a longer walk
+// (a depth above kAlignedPairs) in pairs[0, n).
+constexpr uint32_t kAlignedPairs = 32;
 struct StackCache {
   uint64_t frame, ret0;
-  uint64_t pairs_end;   // &pairs[n], n <= depth
+  uint32_t first, n;    // the walk's pairs: pairs[first, first + n)
   uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
   uint64_t slot_word;   // (1 + the slot) << kSlotShift: an allocation record's size word bits
   uint64_t pad[3];      // pairs start a cache line
@@ -175,12 +188,12 @@ struct StackCache {
     uint64_t next, ret;
   } pairs[];
 };
-inline size_t stack_cache_stride(uint32_t depth) { return sizeof(StackCache) + 16 * size_t(depth); }
+inline size_t stack_cache_stride(uint32_t depth) {
+  return sizeof(StackCache) + 16 * size_t(depth > kAlignedPairs ? depth : kAlignedPairs);
+}
 
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
-inline size_t table_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
-inline size_t table_bytes() { return size_t(8) << kTableBits; }
-inline size_t rings_offset() { return table_offset() + table_bytes(); }
+inline size_t rings_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
 // The rings' stack caches, after the rings: kStackSlots entries per ring.
 inline size_t stack_caches_offset(uint32_t nrings, uint32_t ring_bytes) {
   return rings_offset() + size_t(nrings) * ring_stride(ring_bytes);

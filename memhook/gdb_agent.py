@@ -155,7 +155,7 @@ def do_attach(P, out):
             patch(P, base, out)
             out["late"] = call("int(*)(void)", base + sym["memhook_rescan"])
         except BaseException:
-            wr(base + sym["memhook_active"], 0, 4)
+            wr(base + sym["memhook_active"], P["mode_off"], 4)
             raise
     finally:
         scratch.close()
@@ -164,7 +164,7 @@ def do_attach(P, out):
 def do_detach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
-    wr(base + sym["memhook_active"], 0, 4)  # every hook passes straight through from now
+    wr(base + sym["memhook_active"], P["mode_off"], 4)  # every hook passes straight through now
     slots = [tuple(s) for s in P["slots"]]
     ctl = rd(base + sym["memhook_ctl"])
     if ctl:

@@ -24,9 +24,15 @@ def operation_names(mask: int) -> list[str]:
     return [BY_ID[i].name for i in sorted(BY_ID) if mask >> i & 1]
 
 
-def entry_symbol(symbol: str, sample_rate: int) -> str:
+def entry_symbol(symbol: str, sample_rate: int, size_filter: bool) -> str:
     """The hook library's function a slot of `symbol` is pointed at. Sampling sessions enter
     allocation functions through a countdown, and frees through a look at the address table,
-    that skip the recording part when there is nothing to record (hook.cpp)."""
-    sampled = sample_rate and BY_SYMBOL[symbol].kind in "AF"
-    return ("memhook_sample_" if sampled else "memhook_hook_") + symbol
+    that skip the recording part when there is nothing to record; sessions with a size filter
+    enter allocation functions where the filter is applied (the malloc entry for every call
+    records every call: hook.cpp)."""
+    kind = BY_SYMBOL[symbol].kind
+    if sample_rate and kind in "AF":
+        return "memhook_sample_" + symbol
+    if size_filter and kind == "A":
+        return "memhook_filter_" + symbol
+    return "memhook_hook_" + symbol

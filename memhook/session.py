@@ -28,6 +28,10 @@ class Options:
     abandon_after_s: float = 5.0  # the target unhooks itself when memhook is silent this long
     sample_rate: int = 0  # 0: every call; else mean bytes between sampled allocations
 
+    @property
+    def size_filter(self) -> bool:
+        return self.min_size > 0 or self.max_size != MAX_SIZE
+
     def check(self) -> None:
         if not 1 <= self.depth <= _native.MAX_DEPTH:
             raise ValueError(f"--depth must be between 1 and {_native.MAX_DEPTH}")
@@ -111,16 +115,19 @@ class Session:
                                min_size=self.options.min_size, max_size=self.options.max_size,
                                real=layout.real, known=[o.bias for o in layout.objects],
                                sample_rate=self.options.sample_rate,
-                               abandon_after_s=self.options.abandon_after_s)
+                               abandon_after_s=self.options.abandon_after_s,
+                               # tests run the SSE4.1 comparison on CPUs with AVX-512 too
+                               no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1")
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
         text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
         params = {
-            "action": "attach", "pid": self.pid, "lib_base": base,
+            "action": "attach", "pid": self.pid, "lib_base": base, "mode_off": _native.MODE_OFF,
             "library": copy.target_path if copy else "", "segment": self.segment.target_path,
             "dlopen": layout.dlopen, "dlopen_mode": RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
             "dlerror": layout.dlerror, "symbols": symbols,
-            "slots": [[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate)],
+            "slots": [[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
+                                                                 self.options.size_filter)],
                        layout.real.get(s.hook_id, 0),
                        plt[s.module], s.hook_id, s.readonly] for s in layout.slots],
             "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
@@ -160,7 +167,7 @@ class Session:
         own = elf.exported_offsets(layout.hook_library_file)
         base = layout.hook_library_base
         with procfs.Memory(self.pid) as mem:
-            active = mem.u32(base + own["memhook_active"])
+            active = mem.u32(base + own["memhook_active"]) != _native.MODE_OFF
             ctl = mem.u64(base + own["memhook_ctl"])
             beat = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET) if ctl else 0
             limit = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET + 8) if ctl else 0
@@ -189,6 +196,7 @@ class Session:
             self.modules = elf.modules(self.pid, self.modules)
             params = {
                 "action": "detach", "pid": self.pid, "lib_base": self.lib_base,
+                "mode_off": _native.MODE_OFF,
                 "symbols": elf.exported_offsets(hook_library()),
                 "slots": self.patched, "nlate_offset": _native.CONTROL_NLATE_OFFSET,
                 "late_offset": _native.CONTROL_LATE_OFFSET,

@@ -2,6 +2,8 @@
 attached, the size filter, detach and attach again."""
 import subprocess
 
+import pytest
+
 from conftest import TARGETS, Memhook, build, site
 from memhook.procfs import read_maps
 
@@ -106,10 +108,21 @@ def test_detach_then_attach_again(tmp_path, targets):
     assert target.finish() == 0
 
 
-def test_backtrace_depth(tmp_path, targets):
+# The malloc hook compares stacks with AVX-512 where the CPU has it, else with SSE4.1: both.
+COMPARISONS = pytest.mark.parametrize("compare", ["native", "sse"])
+
+
+def use_comparison(monkeypatch, compare):
+    if compare == "sse":
+        monkeypatch.setenv("MEMHOOK_NO_AVX512", "1")
+
+
+@COMPARISONS
+def test_backtrace_depth(tmp_path, targets, monkeypatch, compare):
     """40 allocations from one stack 60 frames deep: the first walks, the rest find the stack in
     a slot. The malloc hook compares up to 32 frame pairs itself (depth 33: 32 pairs after the
     call site) and leaves deeper stacks to the compiled comparison."""
+    use_comparison(monkeypatch, compare)
     target, _ = lifecycle(tmp_path, targets)
     for args, depth in (((), 32), (("--depth", "33"), 33), (("--depth", "50"), 50)):
         mh = Memhook(target.pid, tmp_path, *args)
@@ -121,11 +134,13 @@ def test_backtrace_depth(tmp_path, targets):
     assert target.finish() == 0
 
 
-def test_same_call_site_from_different_callers(tmp_path, targets):
+@COMPARISONS
+def test_same_call_site_from_different_callers(tmp_path, targets, monkeypatch, compare):
     """Alternating stacks that agree at the call site (same stack pointer, frame and return
     address) and differ two frames up, then one of them alone: each allocation is charged to
     its own stack. With a realloc: the grown block is charged to the realloc's stack, the
     small one it replaced is freed."""
+    use_comparison(monkeypatch, compare)
     target, _ = lifecycle(tmp_path, targets)
     for command in ("twins", "twins_grow"):
         mh = Memhook(target.pid, tmp_path)
