@@ -508,7 +508,7 @@ inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
 
 // memhook_hook_malloc compares a slot's pairs in an unrolled sequence of kAlignedPairs steps,
 // step j comparing pairs[j] (StackCache): a slot of n pairs enters it at step kAlignedPairs - n
-// (n above: the miss). Two such sequences: with AVX-512 (3 instructions a step) or SSE4.1 (4).
+// (n above: the miss). Two such sequences: with AVX-512 (vpternlogq) or SSE4.1.
 // Every step but the last, which follows no pointer, has the same size.
 extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
     memhook_compare_avx512_last[], memhook_compare_miss[];
@@ -1146,17 +1146,19 @@ memhook_hook_malloc:
   pxor %xmm1, %xmm1
   movq %rbp, %rcx               # f_1
   jmp *24(%r9)
-  # Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()).
+  # Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()). The pair is loaded once
+  # and the next frame taken from its register: loads are what this loop runs short of.
 memhook_compare_avx512:
   .set pair, 0
   .rept 31
   vmovdqu (%rcx), %xmm0
-  vpternlogq $0xf6, 64+16*pair(%r9), %xmm0, %xmm1
-  {disp32} movq 64+16*pair(%r9), %rcx
+  {disp32} vmovdqa 64+16*pair(%r9), %xmm3
+  vmovq %xmm3, %rcx
+  vpternlogq $0xf6, %xmm3, %xmm0, %xmm1
   .set pair, pair + 1
   .endr
 memhook_compare_avx512_last:
-  .if memhook_compare_avx512_last - memhook_compare_avx512 - 31 * 19
+  .if memhook_compare_avx512_last - memhook_compare_avx512 - 31 * 25
   .error "the comparison's steps differ in size"
   .endif
   vmovdqu (%rcx), %xmm0
@@ -1166,13 +1168,14 @@ memhook_compare_sse:
   .set pair, 0
   .rept 31
   movdqu (%rcx), %xmm0
-  {disp32} pxor 64+16*pair(%r9), %xmm0
-  {disp32} movq 64+16*pair(%r9), %rcx
+  {disp32} movdqa 64+16*pair(%r9), %xmm3
+  movq %xmm3, %rcx
+  pxor %xmm3, %xmm0
   por %xmm0, %xmm1
   .set pair, pair + 1
   .endr
 memhook_compare_sse_last:
-  .if memhook_compare_sse_last - memhook_compare_sse - 31 * 24
+  .if memhook_compare_sse_last - memhook_compare_sse - 31 * 26
   .error "the comparison's steps differ in size"
   .endif
   movdqu (%rcx), %xmm0
@@ -1363,7 +1366,7 @@ void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
 extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
   unsigned eax, ebx, ecx, edx;  // memhook_hook_malloc uses ptest
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return -5;
-  // Its 3-instruction comparison step needs AVX-512VL, and the kernel keeping AVX-512 state.
+  // The comparison's AVX-512 sequence (vpternlogq) needs AVX-512VL, and the kernel keeping its state.
   unsigned xcr0 = 0, xcr0_hi;
   if (ecx & bit_OSXSAVE) asm("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
   const bool avx512 = (xcr0 & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
