@@ -977,7 +977,7 @@ void check_consumer() {
     return result;                                                     \
   }                                                                    \
   ENTRY(sym, ret, params)                                              \
-  extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"))) ret \
+  extern "C" __attribute__((visibility("default"), optimize("omit-frame-pointer"), aligned(64))) ret \
   memhook_sample_##sym params {                                        \
     ThreadState& t = t_state;                                          \
     if (__builtin_expect(count_down(t, (size_expr)), 1)) {             \
@@ -1114,7 +1114,7 @@ asm(R"(
   .text
   .globl memhook_hook_malloc
   .type memhook_hook_malloc, @function
-  .p2align 4
+  .p2align 6                    # its entry and checks in one fetch line
 memhook_hook_malloc:
   .cfi_startproc
   pushq %rdi                    # the size, and the stack aligned for the call
@@ -1148,36 +1148,37 @@ memhook_hook_malloc:
   jmp *24(%r9)
   # Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()). The pair is loaded once
   # and the next frame taken from its register: loads are what this loop runs short of.
-memhook_compare_avx512:
-  .set pair, 0
-  .rept 31
+  .macro memhook_step_avx512 pair
   vmovdqu (%rcx), %xmm0
-  {disp32} vmovdqa 64+16*pair(%r9), %xmm3
+  {disp32} vmovdqa \pair(%r9), %xmm3
   vmovq %xmm3, %rcx
   vpternlogq $0xf6, %xmm3, %xmm0, %xmm1
-  .set pair, pair + 1
-  .endr
-memhook_compare_avx512_last:
-  .if memhook_compare_avx512_last - memhook_compare_avx512 - 31 * 25
-  .error "the comparison's steps differ in size"
-  .endif
-  vmovdqu (%rcx), %xmm0
-  vpternlogq $0xf6, 64+16*31(%r9), %xmm0, %xmm1
-  memhook_malloc_record
-memhook_compare_sse:
-  .set pair, 0
-  .rept 31
+  .endm
+  .macro memhook_step_sse pair
   movdqu (%rcx), %xmm0
-  {disp32} movdqa 64+16*pair(%r9), %xmm3
+  {disp32} movdqa \pair(%r9), %xmm3
   movq %xmm3, %rcx
   pxor %xmm3, %xmm0
   por %xmm0, %xmm1
+  .endm
+  # Steps 0..30 at `first`, equal in size, then step 31 at `last`, which follows no pointer.
+  .macro memhook_compare_steps first, last, step, bytes
+\first:
+  .set pair, 0
+  .rept 31
+  \step 64+16*pair
   .set pair, pair + 1
   .endr
-memhook_compare_sse_last:
-  .if memhook_compare_sse_last - memhook_compare_sse - 31 * 26
+\last:
+  .if \last - \first - 31 * \bytes
   .error "the comparison's steps differ in size"
   .endif
+  .endm
+  memhook_compare_steps memhook_compare_avx512, memhook_compare_avx512_last, memhook_step_avx512, 25
+  vmovdqu (%rcx), %xmm0
+  vpternlogq $0xf6, 64+16*31(%r9), %xmm0, %xmm1
+  memhook_malloc_record
+  memhook_compare_steps memhook_compare_sse, memhook_compare_sse_last, memhook_step_sse, 26
   movdqu (%rcx), %xmm0
   pxor 64+16*31(%r9), %xmm0
   por %xmm0, %xmm1
