@@ -1,0 +1,49 @@
+// The library memhook injects into the target. GOT slots of allocation functions are pointed at
+// its entry points; each calls the real function, then appends a record to this thread's ring in
+// the shared segment.
+//
+// Rules for everything reachable from a hook: never block, never allocate through a hooked
+// path, never take a lock the target could hold, drop (and count) instead of waiting.
+// TLS is initial-exec: a dlopen'ed library's dynamic TLS would be allocated with malloc on first
+// touch, from inside the hook.
+//
+// One translation unit, one job per header, in the order a malloc meets them (dependencies
+// first): the hot path's pieces inline into one another and the compiler sees every caller of
+// the slow paths, as it would in one file.
+#include <cpuid.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+#include <algorithm>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "segment.h"
+
+using namespace memhook;
+
+#include "real_functions.h"   // hooks.def: ids, real functions, names
+#include "session.h"          // the session's settings and its mode
+#include "thread_state.h"     // per-thread ring, cursors, stack bounds, recursion guard
+#include "recent_stacks.h"    // stacks seen before, compared instead of walked
+#include "ring_writer.h"      // reserve, write, publish; drop when full
+#include "address_table.h"    // each pointer's latest event: the ordering dependencies
+#include "sampler.h"          // size filter and sampling: which calls are recorded
+#include "frame_walk.h"       // the backtrace
+#include "records.h"          // the records' words
+#include "late_patching.h"    // libraries loaded after attach
+#include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
+#include "malloc_entry.h"     // memhook_hook_malloc by hand
+#include "lifecycle.h"        // memhook_start, abandon, fork

@@ -1,0 +1,187 @@
+// The session's life in the target: memhook_start (called by memhook through GDB) maps the
+// segment and arms the hooks; a forked child disarms its copy; abandon() puts everything back
+// when memhook's heartbeat stops.
+#pragma once
+
+extern "C" void* __libc_stack_end;  // top of the main thread's stack (exported by ld.so)
+
+namespace {
+
+void forked_child() { g_session.mode = kOff; }  // the child must not write into the parent's rings
+
+void restore_slots(PatchedSlot* slots, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    PatchedSlot& s = slots[i];
+    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != kSlotPatched) continue;
+    uint64_t* slot = (uint64_t*)s.addr;
+    if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s.hook &&
+        write_slot(slot, s.original, s.readonly))
+      __atomic_store_n(&s.state, (uint16_t)kSlotEmpty, __ATOMIC_RELEASE);
+  }
+}
+
+int g_abandoning;
+
+// memhook stopped beating: pass everything through, put every slot back, give the rings' pages
+// back. Runs once, on whichever thread noticed; takes only the scan lock (dlopen hooks' own).
+__attribute__((noinline)) void abandon() {
+  if (__atomic_exchange_n(&g_abandoning, 1, __ATOMIC_ACQUIRE)) return;
+  __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
+  Control* c = g_ctl;
+  lock_scan();
+  restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
+  restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
+  unlock_scan();
+  const size_t rings = rings_offset();
+  madvise((uint8_t*)c + rings, segment_bytes(g_nrings, g_ring_bytes, g_depth) - rings, MADV_REMOVE);
+  madvise(g_table, sizeof g_table, MADV_DONTNEED);
+  __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
+}
+
+void check_consumer() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  uint64_t now = uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+  uint64_t beat = __atomic_load_n(&g_ctl->heartbeat_ns, __ATOMIC_RELAXED);
+  if (beat && now > beat + g_ctl->abandon_after_ns && active()) abandon();
+}
+
+// The address range of the latest session's segment. Never unmapped: a hook that read a ring
+// pointer just before detach may still write through it, and must not fault.
+void* g_region;
+size_t g_region_bytes;
+
+bool previous_rings_idle() {
+  for (uint32_t i = 0; i < g_nrings; i++)
+    if (__atomic_load_n(&ring_at(i)->busy, __ATOMIC_ACQUIRE)) return false;
+  return true;
+}
+
+// Where the new segment (mapped at `fresh`) will live. Each attach would otherwise leave the
+// previous segment's range mapped (its pages long released), some 300 MB of address space per
+// session, which a target under RLIMIT_AS would feel. So the new segment replaces the previous
+// one in place when it fits and the previous session ended cleanly (detached, no realloc still
+// inside the real call). Replacing is one mmap: the range is never unmapped, so a straggling
+// write lands in the new segment (the consumer checks what it reads) rather than faulting.
+void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
+  if (g_region && !was_active && bytes <= g_region_bytes && previous_rings_idle()) {
+    void* at = mmap(g_region, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (at == g_region) {
+      munmap(fresh, bytes);
+      return at;
+    }
+  }
+  g_region = fresh;
+  g_region_bytes = bytes;
+  return fresh;
+}
+
+}  // namespace
+
+// Map the segment and arm the hooks. Runs on one target thread with GDB holding the process;
+// allocates nothing itself. Returns 0, or a negative code naming what failed.
+extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
+  unsigned eax, ebx, ecx, edx;  // memhook_hook_malloc uses ptest
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return -5;
+  // The comparison's AVX-512 sequence (vpternlogq) needs AVX-512VL and the kernel keeping its
+  // state.
+  unsigned xcr0 = 0, xcr0_hi;
+  if (ecx & bit_OSXSAVE) asm("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+  const bool avx512 = (xcr0 & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+                      (ebx & bit_AVX512F) && (ebx & bit_AVX512VL);
+  int fd = open(shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(Control)) {
+    close(fd);
+    return -2;
+  }
+  const size_t bytes = (size_t)st.st_size;
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return -3;
+  }
+  Control* c = (Control*)m;
+  if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
+      bytes < segment_bytes(c->nrings, c->ring_bytes, c->depth) || c->depth > kMaxDepth ||
+      c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
+    munmap(m, bytes);
+    close(fd);
+    return -4;
+  }
+  const bool was_active = active();
+  g_session.mode = kOff;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  m = settle_segment(m, bytes, fd, was_active);
+  close(fd);
+  c = (Control*)m;
+  g_ctl = c;
+  memhook_ctl = c;
+  // Anonymous zero pages (the table is page-aligned, so none shares a page with .data): the
+  // previous session's entries are gone.
+  madvise(g_table, sizeof g_table, MADV_DONTNEED);
+  g_rings = (uint8_t*)m + rings_offset();
+  g_stack_caches = (uint8_t*)m + stack_caches_offset(c->nrings, c->ring_bytes);
+  g_stack_stride = (uint32_t)stack_cache_stride(c->depth);
+  const bool use_avx512 = avx512 && !c->no_avx512;
+  g_compare_first = use_avx512 ? memhook_compare_avx512 : memhook_compare_sse;
+  g_compare_last = use_avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;
+  g_nrings = c->nrings;
+  g_ring_bytes = c->ring_bytes;
+  g_depth = c->depth;
+  g_clock = c->clock;
+  g_sample_rate = c->sample_rate;
+  g_size_filter = c->min_size || c->max_size != UINT64_MAX;
+  g_selective = c->sample_rate || g_size_filter;
+  g_min_size = c->min_size;
+  g_max_size = c->max_size;
+  for (int id = 1; id < kMaxHooks; id++)
+    if (c->real[id]) g_real[id] = (void*)c->real[id];
+  // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
+#define ENTRY_A(sym)                            \
+  (c->sample_rate   ? (void*)&memhook_sample_##sym \
+   : g_size_filter ? (void*)&memhook_filter_##sym \
+                   : (void*)&memhook_hook_##sym)
+#define ENTRY_F(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
+#define ENTRY_R(sym) (void*)&memhook_hook_##sym
+#define ENTRY_L(sym) (void*)&memhook_hook_##sym
+#define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);
+#include "hooks.def"
+#undef HOOK
+  uintptr_t hi = (uintptr_t)__libc_stack_end;
+  struct rlimit rl;
+  uintptr_t limit = (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                        ? rl.rlim_cur
+                        : (uintptr_t)1 << 30;
+  // Every frame of the main thread lies below __libc_stack_end (argv/envp are above it).
+  g_main_stack_hi = hi;
+  g_main_stack_lo = hi - limit;
+  g_nknown = 0;
+  for (uint32_t i = 0; i < c->nknown && i < (uint32_t)kMaxKnownObjects; i++)
+    g_known[g_nknown++] = Known{c->known_bases[i], 0, 0};
+  Dl_info self;
+  if (dladdr((void*)&memhook_start, &self)) {
+    c->lib_base = (uint64_t)self.dli_fbase;
+    // Never patch ourselves: our own dlopen slot must reach the real dlopen.
+    if (g_nknown < (uint32_t)kMaxKnownObjects) g_known[g_nknown++] = Known{c->lib_base, 0, 0};
+  }
+  static bool once;
+  if (!once) {
+    once = true;
+    pthread_atfork(nullptr, nullptr, forked_child);
+  }
+  memset(g_sampled, 0, sizeof g_sampled);  // the new table has no sampled block
+  g_session.generation++;
+  g_abandoning = 0;
+  c->started = 1;
+  __atomic_store_n(&g_session.mode, g_selective ? kSelective : kEvery, __ATOMIC_RELEASE);
+  return 0;
+}
+
+// Patch libraries that appeared between memhook's scan and its attach.
+extern "C" __attribute__((visibility("default"))) int memhook_rescan() {
+  if (!active()) return -1;
+  rescan_loaded();
+  return (int)g_ctl->nlate;
+}

@@ -1,0 +1,175 @@
+// The record writers: an allocation's, a free's and a realloc's words in the ring (the grammar
+// is segment.h's), with the dependency the address table gives each.
+#pragma once
+
+namespace {
+
+// A pointer word: the pointer, and in its top bits how far `frame` lies below the top of this
+// thread's stack (in 16-byte units; 0: unknown, as for a frame of 0 or off the stack), which is
+// all the consumer compares frames by.
+inline uint64_t with_depth(ThreadState& t, uint64_t ptr, uint64_t frame) {
+  uint64_t depth = (t.stack_hi - frame) >> 4;
+  return (ptr & kPtrMask) | (depth < (uint64_t(1) << (64 - kPtrBits)) ? depth << kPtrBits : 0);
+}
+
+// An allocation record's pointer word, size word and frames (none when a slot holds the stack).
+struct StackWords {
+  uint64_t ptr, size;
+  uint32_t nframes;
+};
+__attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Origin from,
+                                                             uint64_t p, uint64_t size,
+                                                             uint64_t* frames) {
+  const uint64_t ret0 = (uint64_t)*from.ret;
+  uint32_t slot;
+  StackCache* c = stack_slot(t, ret0, from, &slot);
+  t.last_slot = c;  // the slot of a stack just seen or just walked
+  size &= kSizeMask;
+  if (same_stack(c, from, ret0))  // the slot's stack again: no frames
+    return {p & kPtrMask, size | c->slot_word, 0};  // its depth is the slot's (segment.h)
+  uint64_t caller;
+  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  if (!caller) return {with_depth(t, p, 0), size, n};
+  c->slot_word = uint64_t(slot + 1) << kSlotShift;
+  return {with_depth(t, p, caller), size | c->slot_word, n};
+}
+
+// The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
+__attribute__((always_inline)) inline size_t write_alloc(ThreadState& t, uint64_t* at,
+                                                         uint64_t w, int op, void* p,
+                                                         uint64_t size, Origin from) {
+  const uint64_t dep = table_swap(t, (uint64_t)p, kLive, w);
+  const StackWords s = stack_words(t, from, (uint64_t)p, size, at + 3);
+  at[1] = s.ptr;
+  at[2] = s.size;
+  at[0] = header(kAlloc, op, s.nframes, dep);
+  return 3 + s.nframes;
+}
+
+__attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p, uint64_t size,
+                                                 Origin from) {
+  uint64_t w;
+  if (!event_ring(t)) return;
+  if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
+}
+
+// An allocation that returned `p`, recorded after the real call (the guard set).
+__attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
+                                                        uint64_t size, Origin from) {
+  const uint64_t w = t.write;
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, from);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
+}
+
+__attribute__((noinline)) void* record_alloc_slow_leave(ThreadState& t, int op, void* p,
+                                                        uint64_t size, Origin from) {
+  record_alloc_slow(t, op, p, size, from);
+  leave(t);
+  return p;
+}
+
+// Full tracing's record of an allocation: out of line, so that the hook around the real call
+// keeps few registers, and a leaf on its common path (the slow path a tail call), so that it
+// saves few itself (two, where the record inlined into the hook made it save six). Sets and
+// clears the guard. Returns `p`, so that an entry can tail-call it.
+template <int Op>
+__attribute__((always_inline)) inline void* record_alloc_leaf(void* p, uint64_t size,
+                                                             Origin from) {
+  ThreadState& t = t_state;
+  enter(t);
+  const uint64_t w = t.write;
+  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, from);
+  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, from));
+  leave(t);
+  return p;
+}
+
+template <int Op>
+__attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(void* p,
+                                                                               uint64_t size,
+                                                                               Origin from) {
+  record_alloc_leaf<Op>(p, size, from);
+}
+
+inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p, void** fp) {
+  at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
+  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+}
+
+__attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
+  uint64_t w;
+  if (!event_ring(t, true)) return;
+  if (!reserve(t, 16, &w, true)) return drop_free(t.ring);
+  write_free(t, slot_at(t, w), w, op, p, fp);
+  publish(t, w + 16);
+}
+
+// A free, recorded (and published) before the real call (the guard set): once it returns,
+// another thread may get the block back, and that thread's event will depend on this one.
+__attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
+                                                       void** fp) {
+  const uint64_t w = t.write;
+  if (!fast_room(t, w, 16, true)) return record_free_slow(t, op, p, fp);
+  write_free(t, slot_at(t, w), w, op, p, fp);
+  publish(t, w + 16);
+}
+
+// realloc-like: `old` stops being ours when the call starts, the result is ours when it returns,
+// so the record is reserved and `old` entered in the table before the call, and published after.
+// Always one counted event: the dependency written for `old` names it.
+static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
+                            bool track_new, void** fp,
+                            void* (*call)(void*, uint64_t, uint64_t), uint64_t a1, uint64_t a2) {
+  if (!event_ring(t, track_old)) return call(old, a1, a2);
+  RingHeader* r = t.ring;
+  __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
+  uint64_t w;
+  if (!reserve(t, 8 * (5 + g_depth), &w)) {
+    // No room for an allocation: the new block goes unrecorded, but the free of `old` is
+    // recorded all the same in a free's room, unless even that is full.
+    if (!track_old || !reserve(t, 16, &w, true)) {
+      track_old ? drop_free(r) : drop(r);
+      void* p = call(old, a1, a2);
+      end_busy(r);
+      return p;
+    }
+    drop(r);
+    track_new = false;
+  }
+  uint64_t* at = slot_at(t, w);
+  uint64_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0, w) : 0;
+  void* p = call(old, a1, a2);
+  // Failure leaves `old` untouched (still live); a zero size frees it, as glibc does.
+  bool old_freed = track_old && (p || size == 0);
+  if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive, w);
+  if (g_sample_rate) {  // raise before lowering: an in-place realloc's counter never reads 0
+    if (p && track_new) count_sampled((uint64_t)p, +1);
+    if (old_freed) count_sampled((uint64_t)old, -1);
+  }
+  size_t words = 1;
+  if (p && track_new) {
+    size_t head = old_freed ? 5 : 3;
+    const StackWords s = stack_words(t, origin_of(fp), (uint64_t)p, size, at + head);
+    at[0] = header(old_freed ? kRealloc : kAlloc, op, s.nframes,
+                   table_swap(t, (uint64_t)p, kLive, w));
+    at[1] = s.ptr;
+    at[2] = s.size;
+    if (old_freed) {
+      at[3] = (uint64_t)old;
+      at[4] = dep_old;
+    }
+    words = head + s.nframes;
+  } else if (old_freed) {
+    at[0] = header(kFree, op, 0, dep_old);
+    at[1] = with_depth(t, (uint64_t)old, (uint64_t)fp);
+    words = 2;
+  } else {
+    at[0] = header(kNop, op, 0, 0);
+  }
+  publish(t, w + 8 * words);
+  end_busy(r);
+  return p;
+}
+
+}  // namespace

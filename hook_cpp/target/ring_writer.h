@@ -1,0 +1,191 @@
+// The ring writer: each thread owns one single-producer ring of the shared segment (claimed
+// once per session), reserves room for a record, writes it in place and publishes it. A full
+// ring drops the event and counts it; the hook never waits.
+#pragma once
+
+namespace {
+
+void check_consumer();
+
+RingHeader* ring_at(uint32_t i) {
+  return (RingHeader*)(g_rings + size_t(i) * ring_stride(g_ring_bytes));
+}
+
+bool try_take(RingHeader* r, uint32_t expected, uint32_t tid) {
+  return __atomic_compare_exchange_n(&r->owner, &expected, tid, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED);
+}
+
+// The consumer sleeps on a futex between drains; a filling ring cuts its sleep short. Rare
+// (once per quarter ring) and FUTEX_WAKE never blocks.
+__attribute__((noinline)) void wake_consumer(ThreadState& t, uint64_t w) {
+  t.woke_at = w;
+  __atomic_fetch_add(&g_ctl->wake, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+// The last eighth of a ring is for frees. Under overload allocations are dropped first: a lost
+// allocation only leaves a block unreported (its free is then an unknown free), where a lost
+// free would leave a freed block reported as outstanding, a leak that is not there.
+inline uint64_t free_headroom(uint64_t cap) { return cap / 8; }
+
+// Slow path of reserve(): wrap to the ring's start (a padding record), look at the consumer's
+// cursor, wake it when the ring passes half full, write a clock reading when one is due (every
+// kTimeEveryBytes of records, and before a thread's first event). Returns the write cursor, or
+// UINT64_MAX when the ring is full for this kind of event (the caller drops it).
+__attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bool is_free) {
+  const uint64_t cap = g_ring_bytes, headroom = free_headroom(cap);
+  uint64_t w = t.write;
+  const bool timed = w + bytes > t.next_time;
+  const size_t need = bytes + (timed ? 16 : 0);
+  uint64_t pos = w & (cap - 1);
+  uint64_t pad = (pos + need > cap) ? cap - pos : 0;
+  t.cached_read = __atomic_load_n(&t.ring->read, __ATOMIC_ACQUIRE);
+  uint64_t used = w + pad + need - t.cached_read;
+  if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
+  if (used > (is_free ? cap : cap - headroom)) return UINT64_MAX;
+  if (pad) {
+    *(uint64_t*)(t.data + pos) = header(kPadding, 0, 0, 0);
+    w += pad;
+  }
+  t.lap_base = t.data - (w & ~(cap - 1));
+  if (timed) {
+    uint64_t* at = (uint64_t*)(t.lap_base + w);
+    at[0] = header(kTime, 0, 0, 0);
+    at[1] = now();
+    w += 16;
+    t.next_time = w + kTimeEveryBytes;
+    if (--t.until_check == 0) {
+      t.until_check = kCheckEvery;
+      check_consumer();
+    }
+  }
+  t.write = w;  // published with the event
+  // Look again at the lap's end, when a clock reading is due, when the ring passes half full
+  // (to wake the consumer) and when it is full for this kind of event as last seen: never per
+  // event while the ring is merely more than half full, since the consumer's cursor lives on a
+  // line it keeps writing.
+  const uint64_t half = t.cached_read + cap / 2, until = std::min((w | (cap - 1)) + 1, t.next_time);
+  t.fast_until = std::min(until, w < half ? half : t.cached_read + cap - headroom);
+  t.free_until = std::min(until, w < half ? half : t.cached_read + cap);
+  t.alloc_until = t.fast_until > 23 ? t.fast_until - 23 : 0;
+  // Exact for every cursor of this lap: a lap never crosses a multiple of 2^35, where the
+  // entry's 32-bit event number would wrap.
+  t.entry_bias = table_entry(0, kLive, event_name(t.ring_no, w)) - (w << 21);
+  return w;
+}
+
+// Writes ending at or before this cursor need no checks (frees may use the free headroom).
+inline uint64_t room_until(const ThreadState& t, bool is_free) {
+  return is_free ? t.free_until : t.fast_until;
+}
+
+// Where `bytes` contiguous bytes may be written (*w); false: the ring is full for this kind of
+// event, drop it.
+inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w, bool is_free = false) {
+  *w = t.write;
+  if (__builtin_expect(*w + bytes <= room_until(t, is_free), 1)) return true;
+  *w = reserve_slow(t, bytes, is_free);
+  return *w != UINT64_MAX;
+}
+
+// Valid for a cursor reserve() returned.
+inline uint64_t* slot_at(ThreadState& t, uint64_t w) { return (uint64_t*)(t.lap_base + w); }
+
+inline void publish(ThreadState& t, uint64_t end) {
+  t.write = end;
+  __atomic_store_n(&t.ring->write, end, __ATOMIC_RELEASE);
+}
+
+// A record that is not an event (time, thread): published on its own.
+void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
+  uint64_t w;
+  if (!reserve(t, 8 * words, &w)) return;
+  uint64_t* at = slot_at(t, w);
+  at[0] = head;
+  if (words > 1) at[1] = value;
+  publish(t, w + 8 * words);
+}
+
+// Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
+// taken over; its cursors carry on, so nothing already written is lost.
+__attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
+  t.ring = nullptr;
+  t.generation = 0;
+  t.tid = (uint32_t)syscall(SYS_gettid);
+  // pthread_getattr_np holds the thread's own lock around its reallocs: they must pass through.
+  uint32_t was = t.in_hook;
+  t.in_hook = 1;
+  thread_stack_bounds(t);
+  t.in_hook = was;
+  RingHeader* got = nullptr;
+  uint32_t no = 0;
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if ((owner == 0 || owner == t.tid) && try_take(r, owner, t.tid)) got = r, no = i + 1;
+  }
+  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+    RingHeader* r = ring_at(i);
+    uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
+    if (syscall(SYS_tgkill, (pid_t)g_ctl->target_pid, (pid_t)owner, 0) != 0 && errno == ESRCH &&
+        try_take(r, owner, t.tid))
+      got = r, no = i + 1;
+  }
+  if (got) {
+    // Fault the ring in now, once, rather than a page at a time inside later hooks.
+    // madvise wants a page-aligned start; rings are not (each has a 128-byte header).
+    const uintptr_t lo = (uintptr_t)got & ~uintptr_t(4095);
+    madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
+    t.ring = got;
+    t.data = (uint8_t*)(got + 1);
+    // The slots' stacks were another thread's (or none): forget them. The consumer learns a
+    // slot's stack from the record that fills it, in this ring's order.
+    t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
+    for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->ret0 = 0;  // no call site
+    t.last_slot = stack_cache_at(t, 0);
+    t.write = got->write;
+    t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
+    t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
+    t.woke_at = t.write;
+    t.ring_no = no;
+    t.next_time = t.write;  // the first event carries a clock reading
+    t.until_check = kCheckEvery;
+    t.generation = g_session.generation;  // only a claimed ring makes the fast path valid
+    write_marker(t, header(kThread, 0, 0, t.tid), 0, 1);
+  }
+  return got;
+}
+
+inline void count_no_ring(bool is_free = false) {
+  __atomic_fetch_add(&g_ctl->dropped_no_ring, 1, __ATOMIC_RELAXED);
+  if (is_free) __atomic_fetch_add(&g_ctl->dropped_frees_no_ring, 1, __ATOMIC_RELAXED);
+}
+
+inline void end_busy(RingHeader* r) { __atomic_store_n(&r->busy, 0, __ATOMIC_RELEASE); }
+
+inline void drop(RingHeader* r) { __atomic_store_n(&r->dropped, r->dropped + 1, __ATOMIC_RELAXED); }
+inline void drop_free(RingHeader* r) {
+  drop(r);
+  __atomic_store_n(&r->dropped_frees, r->dropped_frees + 1, __ATOMIC_RELAXED);
+}
+
+// This thread's ring, claimed on its first event of a session; false: the event is lost (and
+// counted).
+inline bool event_ring(ThreadState& t, bool is_free = false) {
+  if (__builtin_expect(t.generation != g_session.generation, 0) && !claim_ring(t)) {
+    count_no_ring(is_free);
+    return false;
+  }
+  return true;
+}
+
+// The common case: this thread's ring is claimed for this session and `bytes` fit at cursor w
+// without a look at the consumer, a wrap or a clock reading (reserve_slow sets fast_until and
+// free_until).
+inline bool fast_room(ThreadState& t, uint64_t w, size_t bytes, bool is_free = false) {
+  return __builtin_expect(
+      t.generation == g_session.generation && w + bytes <= room_until(t, is_free), 1);
+}
+
+}  // namespace

@@ -1,0 +1,83 @@
+// Each thread's state inside the hooks: its ring and cursors, its stack's bounds, and the
+// recursion guard (the one guard API: Guard around a real call, enter/leave around a record).
+#pragma once
+
+namespace {
+
+struct ThreadState {
+  // What every event touches, on one cache line.
+  uint64_t write;        // the ring's write cursor (this thread is its only writer)
+  uint64_t fast_until;   // writes ending at or before this cursor need no checks (reserve_slow)
+  uint8_t* lap_base;     // lap_base + cursor: where the cursor lies in the ring (this lap)
+  RingHeader* ring;
+  uint64_t ring_no;      // the ring's number in dependencies (1..254)
+  uintptr_t stack_lo, stack_hi;
+  uint32_t generation;   // g_session.generation when `ring` was claimed
+  uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
+  uint8_t* stacks;   // the ring's stack caches
+  uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
+  uint64_t alloc_until;  // memhook_hook_malloc's bound: a 24-byte record fits at w < alloc_until
+  uint64_t entry_bias;   // + (w << 21): the table entry of a live block allocated at w (this lap)
+  StackCache* last_slot;  // the slot of its latest allocation: the malloc hook looks there first
+  // Slow paths only.
+  uint8_t* data;         // the ring's data area
+  uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
+  uint64_t woke_at;      // write cursor when this thread last woke the consumer
+  uint64_t next_time;    // cursor from which the next event carries a clock reading first
+  int64_t sample_left;   // sampling: bytes until this thread's next sample
+  uint64_t rng;          // xorshift state for the sampling intervals
+  uint32_t sample_generation;
+  uint32_t tid;
+  uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
+};
+__thread ThreadState t_state asm("memhook_t_state") __attribute__((tls_model("initial-exec")));
+
+// Sets the recursion guard for a hook's duration, also when operator new throws through it.
+// Nested calls (operator new's malloc) leave the sampling countdown as it was: their bytes are
+// this call's.
+// Restores what it found: a guard inside a guard (operator new[] calls operator new through
+// libstdc++'s hooked slot) must leave the outer one set.
+struct Guard {
+  ThreadState& t;
+  int64_t left;
+  uint32_t was;
+  explicit Guard(ThreadState& s) : t(s), left(s.sample_left), was(s.in_hook) { t.in_hook = 1; }
+  ~Guard() {
+    t.sample_left = left;
+    t.in_hook = was;
+  }
+};
+
+void thread_stack_bounds(ThreadState& t) {
+  if (t.tid == (uint32_t)g_ctl->target_pid) {
+    t.stack_lo = g_main_stack_lo;
+    t.stack_hi = g_main_stack_hi;
+    return;
+  }
+  t.stack_lo = t.stack_hi = 0;
+  pthread_attr_t attr;
+  // Non-main threads: glibc reads the bounds from the thread descriptor (its affinity query may
+  // realloc; that goes to the real allocator because the guard is set).
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* addr;
+    size_t size;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+      t.stack_lo = (uintptr_t)addr;
+      t.stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&attr);
+  }
+}
+
+// Signal handlers may allocate: the recursion guard must be set before a record's cursor is
+// read and cleared only after it is published, in that order as a handler sees it.
+inline void enter(ThreadState& t) {
+  t.in_hook = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+inline void leave(ThreadState& t) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  t.in_hook = 0;
+}
+
+}  // namespace
