@@ -1,6 +1,6 @@
 """Compare the machine code of two builds of the hook library, function by function.
 
-    python benchmarks/machine_code.py OLD.so NEW.so [--show NAME]
+    python benchmarks/machine_code.py OLD.so NEW.so [--show NAME] [--rename OLD=NEW ...]
 
 Each function is disassembled with objdump and normalized: addresses become the symbol they
 point into (jump targets, calls and RIP-relative data alike), so a function reads the same
@@ -26,10 +26,12 @@ PADDING = re.compile(r"^(nop|xchg +%ax,%ax|data16|cs nop|int3)")
 ISRA = re.compile(r"\.(isra|constprop|part|cold)\.\d+")
 
 
-def functions(path: str) -> dict[str, list[str]]:
+def functions(path: str, renames=()) -> dict[str, list[str]]:
     out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", "-w", path], check=True,
                          capture_output=True, text=True).stdout
-    out = out.replace("(anonymous namespace)::", "")
+    out = out.replace("(anonymous namespace)::", "").replace("memhook::", "")
+    for old, new in renames:
+        out = out.replace(old, new)
     funcs: dict[str, list[str]] = {}
     current = None
     for line in out.splitlines():
@@ -45,8 +47,12 @@ def functions(path: str) -> dict[str, list[str]]:
         insn = ADDR_SYM.sub(r"<\1>", insn)
         # RIP-relative displacements move with layout; the comment names the target.
         insn = re.sub(r"-?0x[0-9a-f]+\(%rip\)", "(%rip)", insn)
-        insn = re.sub(r"@@Base\+0x[0-9a-f]+", "@@Base", insn)  # a GOT entry's place
+        # A GOT entry or constant pool: named by the nearest symbol, at an offset that moves.
+        insn = re.sub(r"(@@Base|_GLOBAL_OFFSET_TABLE_|_fini)[+-]0x[0-9a-f]+", r"\1", insn)
         funcs[current].append(ISRA.sub(r".\1", insn))
+    for name, insns in funcs.items():
+        if name.endswith("@plt"):  # the linker's: only its jump through the GOT is ours
+            insns[:] = insns[:1]
     for insns in funcs.values():  # padding after the last instruction
         while insns and PADDING.match(insns[-1]):
             insns.pop()
@@ -58,8 +64,11 @@ def main() -> int:
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--show", help="print the diff of this function")
+    ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                    help="a name the new build spells differently (repeatable)")
     a = ap.parse_args()
-    old, new = functions(a.old), functions(a.new)
+    old = functions(a.old, [tuple(r.split("=", 1)) for r in a.rename])
+    new = functions(a.new)
     same = [f for f in old if f in new and old[f] == new[f]]
     differ = [f for f in old if f in new and old[f] != new[f]]
     gone = [f for f in old if f not in new]

@@ -43,12 +43,19 @@ class Scratch:
         gdb.execute("set $sp = %d" % self.sp)
 
 
-def record_slot(ctl, P, index, addr, original, hook, hook_id, readonly):
-    """The target's copy of what was patched, so that it can restore itself if memhook dies."""
-    at = ctl + P["slots_offset"] + index * P["slot_bytes"]
-    INF.write_memory(at, addr.to_bytes(8, "little") + original.to_bytes(8, "little")
-                     + hook.to_bytes(8, "little") + hook_id.to_bytes(4, "little")
-                     + (1).to_bytes(2, "little") + int(readonly).to_bytes(2, "little"))
+def record_slot(ctl, P, index, **fields):
+    """The target's copy of what was patched (a PatchedSlot, laid out as P["slot_fields"] says),
+    so that it can restore itself if memhook dies."""
+    record = bytearray(P["slot_bytes"])
+    for name, value in fields.items():
+        offset, size = P["slot_fields"][name]
+        record[offset:offset + size] = int(value).to_bytes(size, "little")
+    INF.write_memory(ctl + P["slots_offset"] + index * P["slot_bytes"], bytes(record))
+
+
+def slot_field(at, P, name):
+    offset, size = P["slot_fields"][name]
+    return rd(at + offset, size)
 
 
 def patch(P, base, out):
@@ -68,7 +75,8 @@ def patch(P, base, out):
                 if len(patched) >= P["max_slots"]:
                     skipped.append([addr, cur])
                     continue
-                record_slot(ctl, P, len(patched), addr, cur, hook, hook_id, readonly)
+                record_slot(ctl, P, len(patched), addr=addr, original=cur, hook=hook,
+                            hook_id=hook_id, state=P["slot_patched"], readonly=readonly)
                 wr(addr, hook)
                 patched.append([addr, cur, hook])
             else:
@@ -171,8 +179,9 @@ def do_detach(P, out):
         nlate = min(rd(ctl + P["nlate_offset"], 4), P["max_late"])
         for i in range(nlate):
             at = ctl + P["late_offset"] + i * P["slot_bytes"]
-            addr, original, hook, state = rd(at), rd(at + 8), rd(at + 16), rd(at + 28, 2)
-            if state == 1:  # still patched, object still loaded
+            addr, original, hook, state = (slot_field(at, P, f) for f in
+                                           ("addr", "original", "hook", "state"))
+            if state == P["slot_patched"]:  # still patched, object still loaded
                 slots.append((addr, original, hook))
     restored, changed = [], []
     for addr, original, hook in slots:

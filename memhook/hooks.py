@@ -1,4 +1,4 @@
-"""The hooked entry points, as compiled into the hook library (hook_cpp/hooks.def)."""
+"""The hooked entry points, as compiled into the hook library (hook_cpp/common/hooks.def)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,14 +25,6 @@ def operation_names(mask: int) -> list[str]:
 
 
 def entry_symbol(symbol: str, sample_rate: int, size_filter: bool) -> str:
-    """The hook library's function a slot of `symbol` is pointed at. Sampling sessions enter
-    allocation functions through a countdown, and frees through a look at the address table,
-    that skip the recording part when there is nothing to record; sessions with a size filter
-    enter allocation functions where the filter is applied (the malloc entry for every call
-    records every call: hook.cpp)."""
-    kind = BY_SYMBOL[symbol].kind
-    if sample_rate and kind in "AF":
-        return "memhook_sample_" + symbol
-    if size_filter and kind == "A":
-        return "memhook_filter_" + symbol
-    return "memhook_hook_" + symbol
+    """The hook library's function a slot of `symbol` is pointed at (hook_cpp/common/routing.h,
+    the table the hook library uses for libraries loaded later)."""
+    return _native.entry_symbol(symbol, sample_rate, size_filter)

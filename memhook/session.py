@@ -132,6 +132,7 @@ class Session:
                        plt[s.module], s.hook_id, s.readonly] for s in layout.slots],
             "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
             _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,
+            "slot_fields": _native.SLOT_FIELDS, "slot_patched": _native.SLOT_PATCHED,
             "max_slots": _native.MAX_SLOTS,
             "malloc": layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
             "entry_wait_s": ENTRY_WAIT_S,
@@ -201,6 +202,7 @@ class Session:
                 "slots": self.patched, "nlate_offset": _native.CONTROL_NLATE_OFFSET,
                 "late_offset": _native.CONTROL_LATE_OFFSET,
                 "slot_bytes": _native.SLOT_BYTES, "max_late": _native.MAX_LATE_SLOTS,
+                "slot_fields": _native.SLOT_FIELDS, "slot_patched": _native.SLOT_PATCHED,
             }
             try:
                 result = run_agent(params)

@@ -2,12 +2,13 @@
 // (on any thread) carries it as a dependency (segment.h explains the ordering).
 #pragma once
 
-namespace {
-
 // The address table (segment.h): the hooks' own, so here rather than in the shared segment, where
 // the malloc hook addresses it relative to its own code instead of loading a pointer. Pages are
 // touched on demand; memhook_start empties it.
+// Global (hidden): malloc_entry.S reads it.
 alignas(4096) uint64_t g_table[uint64_t(1) << kTableBits] asm("memhook_table");
+
+namespace {
 
 // This event, starting at cursor w, becomes the pointer's latest in the address table. Returns
 // the dependency on the previous one (0 if the entry belonged to another pointer; one on this

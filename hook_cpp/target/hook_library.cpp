@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include "routing.h"
 #include "segment.h"
 
 using namespace memhook;
@@ -45,5 +46,5 @@ using namespace memhook;
 #include "records.h"          // the records' words
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
-#include "malloc_entry.h"     // memhook_hook_malloc by hand
+                              // (memhook_hook_malloc: malloc_entry.S)
 #include "lifecycle.h"        // memhook_start, abandon, fork

@@ -138,17 +138,9 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)
     if (c->real[id]) g_real[id] = (void*)c->real[id];
-  // Late-loaded libraries get the same entries memhook chose for this session (hooks.py).
-#define ENTRY_A(sym)                            \
-  (c->sample_rate   ? (void*)&memhook_sample_##sym \
-   : g_size_filter ? (void*)&memhook_filter_##sym \
-                   : (void*)&memhook_hook_##sym)
-#define ENTRY_F(sym) (c->sample_rate ? (void*)&memhook_sample_##sym : (void*)&memhook_hook_##sym)
-#define ENTRY_R(sym) (void*)&memhook_hook_##sym
-#define ENTRY_L(sym) (void*)&memhook_hook_##sym
-#define HOOK(id, sym, name, kind, ret, params, args) g_hook_fn[id] = ENTRY_##kind(sym);
-#include "hooks.def"
-#undef HOOK
+  // Libraries loaded later get the entries memhook chose at attach (routing.h).
+  for (const HookEntries& e : kHookEntries)
+    g_hook_fn[e.id] = e.entry[entry_for(e.kind, c->sample_rate, g_size_filter)];
   uintptr_t hi = (uintptr_t)__libc_stack_end;
   struct rlimit rl;
   uintptr_t limit = (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)

@@ -8,7 +8,6 @@ namespace {
 Control* g_ctl;
 uint8_t* g_rings;
 uint8_t* g_stack_caches;  // kStackSlots StackCache entries per ring (segment.h)
-uint32_t g_stack_stride asm("memhook_g_stack_stride");  // bytes per entry
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
@@ -16,6 +15,9 @@ bool g_selective;        // a size filter or sampling: allocations need a closer
 bool g_size_filter;      // --min-size / --max-size given
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 
+}  // namespace
+
+namespace memhook {
 // The session word, read by every hook: the session's generation (bumped on every attach: stale
 // per-thread ring pointers re-claim) and the mode (segment.h), which memhook sets to kOff on
 // detach (through GDB, as memhook_active) and a forked child sets itself. One 8-byte word, so
@@ -24,9 +26,11 @@ struct alignas(8) Session {
   uint32_t generation;
   volatile int32_t mode;
 };
-Session g_session asm("memhook_session") = {0, kOff};
+}  // namespace memhook
 
-}  // namespace
+// Global (hidden), as the others malloc_entry.S reads.
+uint32_t g_stack_stride asm("memhook_g_stack_stride");  // bytes per StackCache entry
+Session g_session asm("memhook_session") = {0, kOff};
 
 asm(R"(
   .globl memhook_active

@@ -2,8 +2,9 @@
 // recursion guard (the one guard API: Guard around a real call, enter/leave around a record).
 #pragma once
 
-namespace {
+namespace memhook {
 
+// The assembly entry reads the fields on the first cache line at offsets asm_offsets.h gives.
 struct ThreadState {
   // What every event touches, on one cache line.
   uint64_t write;        // the ring's write cursor (this thread is its only writer)
@@ -30,7 +31,12 @@ struct ThreadState {
   uint32_t tid;
   uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
 };
-__thread ThreadState t_state asm("memhook_t_state") __attribute__((tls_model("initial-exec")));
+}  // namespace memhook
+
+// Global (hidden): malloc_entry.S reads it.
+__thread memhook::ThreadState t_state asm("memhook_t_state") __attribute__((tls_model("initial-exec")));
+
+namespace {
 
 // Sets the recursion guard for a hook's duration, also when operator new throws through it.
 // Nested calls (operator new's malloc) leave the sampling countdown as it was: their bytes are

@@ -1,0 +1,238 @@
+// What the consumer keeps per call stack as events are applied: allocation, free and
+// outstanding counts and bytes (sampling mode: their estimates), who freed, lifetimes and
+// sizes, and the live blocks themselves.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <vector>
+
+#include "live_map.h"
+
+namespace memhook {
+
+// One event as applied, from the ring's record (ring_reader.h).
+struct Event {
+  uint64_t ts;
+  uint64_t ptr;
+  uint64_t size;
+  uint64_t hook_frame;    // where on the thread's stack the hook ran (0: unknown)
+  uint64_t caller_frame;  // allocations: frame base of the allocating function (0: unknown)
+  uint32_t stack;
+  uint32_t tid;
+  uint8_t op;
+  uint8_t is_free;
+  uint64_t event = 0;  // allocations: the event's own name, as a dependency would give it
+};
+
+// One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python). Not an
+// Event: these bytes go into capture files, so the padding is explicit and zeroed, never a
+// leftover of memhook's own memory.
+struct LoggedEvent {
+  uint64_t ts;  // raw clock; Python converts with ticks_to_ns()
+  uint64_t ptr;
+  uint64_t size;
+  uint32_t stack;
+  uint32_t tid;
+  uint8_t op;
+  uint8_t is_free;
+  uint8_t pad[6];
+};
+
+struct Site {
+  uint64_t alloc_count = 0, alloc_bytes = 0, free_count = 0, free_bytes = 0;
+  uint64_t out_count = 0, out_bytes = 0, op_mask = 0;
+  // Behaviour: who freed (the allocating thread or another), and heaptrack's "temporary":
+  // freed before its thread allocated anything else.
+  uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
+  uint64_t freed_same_call = 0;  // freed while the allocating call was still active
+  // Sampling mode: each sampled block stands for 1/P blocks (P its chance of being sampled).
+  double est_alloc_count = 0, est_alloc_bytes = 0, est_free_count = 0, est_free_bytes = 0;
+};
+
+constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
+inline int log2_bucket(uint64_t v) { return v ? std::min(63 - __builtin_clzll(v), kBuckets - 1) : 0; }
+
+class Aggregates {
+ public:
+  struct ThreadPair {
+    uint32_t stack, alloc_tid, free_tid;
+    bool operator==(const ThreadPair& o) const {
+      return stack == o.stack && alloc_tid == o.alloc_tid && free_tid == o.free_tid;
+    }
+  };
+
+  // sample_rate: bytes (sampling mode), 0 when every call is traced.
+  explicit Aggregates(double sample_rate) : sample_rate_(sample_rate) { grow(1); }
+
+  // Rows for stack ids below `stacks`.
+  void grow(size_t stacks) {
+    if (stacks <= sites_.size()) return;
+    sites_.resize(stacks);
+    size_hist_.resize(stacks * kBuckets);
+    life_hist_.resize(stacks * kBuckets);
+  }
+
+  __attribute__((always_inline)) void apply(const Event& e, double ns_per_tick) {
+    // The hooks never record a null pointer; a forged record may (the live map's empty key).
+    if (__builtin_expect(!e.ptr, 0)) return;
+    ThreadCalls& calls = calls_of(e.tid, e.hook_frame);
+    if (e.is_free) {
+      LiveMap::Block* b = live_.find(e.ptr);
+      if (!b) {
+        unknown_frees_++;
+        return;
+      }
+      if (record_events_) log_.push_back({e.ts, e.ptr, b->size, b->stack, e.tid, e.op, 1, {}});
+      Site& s = sites_[b->stack];
+      s.free_count++;
+      s.free_bytes += b->size;
+      add_estimate(s.est_free_count, s.est_free_bytes, b->size);
+      s.out_count--;
+      s.out_bytes -= b->size;
+      if (b->tid == e.tid) {
+        s.freed_same_thread++;
+        if (b->call_seq && b->call_index < calls.calls.size() &&
+            calls.calls[b->call_index].seq == b->call_seq)
+          s.freed_same_call++;
+      } else {
+        s.freed_other_thread++;
+        thread_pairs_[ThreadPair{b->stack, b->tid, e.tid}]++;  // rare: only these are mapped
+      }
+      LastAlloc& last = last_alloc_[e.tid & (kPerThread - 1)];
+      if (last.tid == e.tid && last.ptr == e.ptr) s.temporary++;
+      last.ptr = 0;
+      uint64_t lifetime = e.ts > b->ts ? (uint64_t)((e.ts - b->ts) * ns_per_tick) : 0;
+      life_hist_[size_t(b->stack) * kBuckets + log2_bucket(lifetime)]++;
+      live_.erase(b);
+      return;
+    }
+    bool inserted;
+    LiveMap::Block* b = live_.insert(e.ptr, &inserted);
+    if (!inserted) {
+      // The block's free was lost (dropped): it cannot still be outstanding.
+      Site& old = sites_[b->stack];
+      old.out_count--;
+      old.out_bytes -= b->size;
+      add_estimate(old.est_free_count, old.est_free_bytes, b->size);
+      replaced_live_++;
+    }
+    b->stack = e.stack;
+    b->size = e.size;
+    b->ts = e.ts;
+    b->tid = e.tid;
+    b->call_seq = 0;
+    b->event = e.event;
+    if (e.caller_frame) {
+      // Frames below the allocating one that are still listed have returned.
+      while (!calls.calls.empty() && calls.calls.back().frame < e.caller_frame) calls.calls.pop_back();
+      if (calls.calls.empty() || calls.calls.back().frame != e.caller_frame)
+        calls.calls.push_back({e.caller_frame, ++calls.next_seq ? calls.next_seq : ++calls.next_seq});
+      b->call_index = (uint32_t)calls.calls.size() - 1;
+      b->call_seq = calls.calls.back().seq;
+    }
+    if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
+    last_alloc_[e.tid & (kPerThread - 1)] = LastAlloc{e.tid, e.ptr};
+    size_hist_[size_t(e.stack) * kBuckets + log2_bucket(e.size)]++;
+    Site& s = sites_[e.stack];
+    s.alloc_count++;
+    s.alloc_bytes += e.size;
+    add_estimate(s.est_alloc_count, s.est_alloc_bytes, e.size);
+    s.out_count++;
+    s.out_bytes += e.size;
+    s.op_mask |= uint64_t(1) << e.op;
+  }
+
+  // A site's counts, estimated from the samples in sampling mode (exact otherwise).
+  Site estimated(const Site& s) const {
+    if (sample_rate_ <= 0) return s;
+    Site e = s;
+    auto whole = [](double v) { return v > 0 ? (uint64_t)std::llround(v) : uint64_t(0); };
+    e.alloc_count = whole(s.est_alloc_count);
+    e.alloc_bytes = whole(s.est_alloc_bytes);
+    e.free_count = whole(s.est_free_count);
+    e.free_bytes = whole(s.est_free_bytes);
+    e.out_count = whole(s.est_alloc_count - s.est_free_count);
+    e.out_bytes = whole(s.est_alloc_bytes - s.est_free_bytes);
+    return e;
+  }
+
+  const std::vector<Site>& sites() const { return sites_; }  // by stack id
+  const LiveMap& live() const { return live_; }
+  const std::vector<uint64_t>& size_hist() const { return size_hist_; }  // kBuckets per stack
+  const std::vector<uint64_t>& life_hist() const { return life_hist_; }
+  template <class F>
+  void each_thread_pair(F f) const {
+    for (const auto& [k, count] : thread_pairs_) f(k, count);
+  }
+  uint64_t unknown_frees() const { return unknown_frees_; }
+  uint64_t replaced_live() const { return replaced_live_; }
+  double sample_rate() const { return sample_rate_; }
+
+  void record_events(bool on) { record_events_ = on; }
+  std::vector<LoggedEvent> take_events() {
+    std::vector<LoggedEvent> out;
+    out.swap(log_);
+    return out;
+  }
+
+ private:
+  // Per thread, the allocating calls still active, innermost last: an event whose hook ran at
+  // or above a call's frame means that call has returned. Bounded by call depth: blocks
+  // allocated by one call share its entry.
+  struct ActiveCall {
+    uint64_t frame;
+    uint32_t seq;
+  };
+  struct ThreadCalls {
+    uint32_t tid = 0, next_seq = 0;
+    std::vector<ActiveCall> calls;
+  };
+  // Per thread, its latest allocation (direct-mapped by tid; a collision only forgets one).
+  struct LastAlloc {
+    uint32_t tid;
+    uint64_t ptr;
+  };
+  struct ThreadPairHash {
+    size_t operator()(const ThreadPair& p) const {
+      return std::hash<uint64_t>()((uint64_t(p.stack) << 40) ^ (uint64_t(p.alloc_tid) << 20) ^
+                                   p.free_tid);
+    }
+  };
+  static constexpr size_t kPerThread = 4096;  // direct-mapped per-thread tables
+
+  ThreadCalls& calls_of(uint32_t tid, uint64_t hook_frame) {
+    ThreadCalls& c = thread_calls_[tid & (kPerThread - 1)];
+    if (c.tid != tid) {  // first sight of the thread (or a collision): start afresh
+      c.tid = tid;
+      c.calls.clear();
+    }
+    while (hook_frame && !c.calls.empty() && c.calls.back().frame <= hook_frame) c.calls.pop_back();
+    return c;
+  }
+
+  // Sampling mode: a sampled block of `size` stands for 1 / P(sampled) blocks in the estimates
+  // (unused, and not kept, when every call is traced).
+  void add_estimate(double& count, double& bytes, uint64_t size) const {
+    if (sample_rate_ <= 0) return;
+    const double w = 1.0 / -std::expm1(-double(size) / sample_rate_);
+    count += w;
+    bytes += w * double(size);
+  }
+
+  double sample_rate_;
+  std::vector<Site> sites_;
+  std::vector<uint64_t> size_hist_, life_hist_;  // kBuckets per stack
+  LiveMap live_;
+  uint64_t unknown_frees_ = 0, replaced_live_ = 0;
+  std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kPerThread, LastAlloc{0, 0});
+  std::vector<ThreadCalls> thread_calls_ = std::vector<ThreadCalls>(kPerThread);
+  std::unordered_map<ThreadPair, uint64_t, ThreadPairHash> thread_pairs_;
+  bool record_events_ = false;
+  std::vector<LoggedEvent> log_;
+};
+
+}  // namespace memhook

@@ -1,0 +1,291 @@
+// memhook._native: the consumer (consumer.h) and the segment's format as Python sees them.
+// Aggregates go out as numpy columns indexed by stack id (row 0 unused), read under the lock
+// the drain holds.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "consumer.h"
+#include "routing.h"
+#include "segment.h"
+#include "segment_format.h"
+
+namespace py = pybind11;
+using namespace memhook;
+
+namespace {
+
+struct HookInfo {
+  int id;
+  const char* symbol;
+  const char* name;
+  char kind;
+};
+const HookInfo kHooks[] = {
+#define HOOK(id, sym, name, kind) {id, #sym, name, #kind[0]},
+#include "hooks.def"
+#undef HOOK
+};
+
+// Site fields as numpy columns named `names`, one row per stack id.
+void site_columns(const Aggregates& a, py::dict& d, std::initializer_list<const char*> names,
+                  std::initializer_list<uint64_t Site::*> fields) {
+  auto name = names.begin();
+  for (uint64_t Site::*field : fields) {
+    py::array_t<uint64_t> col(a.sites().size());
+    auto v = col.mutable_unchecked<1>();
+    for (size_t i = 0; i < a.sites().size(); i++) v(i) = a.estimated(a.sites()[i]).*field;
+    d[*name++] = col;
+  }
+}
+
+py::dict totals(const Consumer& c) {
+  auto lock = c.lock();
+  const Aggregates& a = c.aggregates();
+  Site t;
+  uint64_t samples = 0;
+  for (const Site& raw : a.sites()) {
+    const Site s = a.estimated(raw);
+    samples += raw.alloc_count;
+    t.alloc_count += s.alloc_count;
+    t.alloc_bytes += s.alloc_bytes;
+    t.free_count += s.free_count;
+    t.free_bytes += s.free_bytes;
+    t.out_count += s.out_count;
+    t.out_bytes += s.out_bytes;
+  }
+  py::dict d;
+  d["alloc_count"] = t.alloc_count;
+  d["alloc_bytes"] = t.alloc_bytes;
+  d["free_count"] = t.free_count;
+  d["free_bytes"] = t.free_bytes;
+  d["outstanding_count"] = t.out_count;
+  d["outstanding_bytes"] = t.out_bytes;
+  d["unknown_free_count"] = a.unknown_frees();
+  const Consumer::Dropped dropped = c.dropped_counts();
+  d["dropped_events"] = dropped.events;
+  d["dropped_frees"] = dropped.frees;
+  d["replaced_live_count"] = a.replaced_live();
+  d["events"] = c.applied();
+  d["unordered_events"] = c.unordered();
+  d["sample_rate"] = (uint64_t)a.sample_rate();
+  d["sampled_allocations"] = samples;
+  d["consumer_busy_ns"] = c.busy_ns();
+  return d;
+}
+
+py::dict sites(const Consumer& c) {
+  auto lock = c.lock();
+  py::dict d;
+  site_columns(c.aggregates(), d,
+               {"alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+                "outstanding_bytes", "op_mask"},
+               {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count, &Site::free_bytes,
+                &Site::out_count, &Site::out_bytes, &Site::op_mask});
+  return d;
+}
+
+// Unique stacks with ids >= since: the frames of stack since+i are
+// frames[offsets[i]-offsets[0] : offsets[i+1]-offsets[0]].
+py::tuple stacks(const Consumer& c, size_t since) {
+  auto lock = c.lock();
+  const StackTable& t = c.stacks();
+  const std::vector<uint64_t>& all = t.frames();
+  size_t n = t.size();
+  since = std::min(since, n);
+  py::array_t<uint64_t> offsets(n - since + 1);
+  auto o = offsets.mutable_unchecked<1>();
+  for (size_t i = since; i < n; i++) o(i - since) = t.offset(i);
+  o(n - since) = all.size();
+  size_t first = since < n ? t.offset(since) : all.size();
+  py::array_t<uint64_t> frames(all.size() - first);
+  std::memcpy(frames.mutable_data(), all.data() + first, (all.size() - first) * 8);
+  return py::make_tuple(offsets, frames);
+}
+
+// Every block still live: ptr, size, stack, tid, ts (raw clock), as parallel numpy arrays.
+py::dict live_blocks(const Consumer& c) {
+  auto lock = c.lock();
+  const LiveMap& live = c.aggregates().live();
+  size_t n = live.size(), j = 0;
+  py::array_t<uint64_t> ptr(n), size(n), ts(n);
+  py::array_t<uint32_t> stack(n), tid(n);
+  auto P = ptr.mutable_unchecked<1>(), S = size.mutable_unchecked<1>(), T = ts.mutable_unchecked<1>();
+  auto K = stack.mutable_unchecked<1>(), D = tid.mutable_unchecked<1>();
+  for (const LiveMap::Block& b : live.entries()) {
+    if (!b.key) continue;
+    P(j) = b.key;
+    S(j) = b.size;
+    T(j) = b.ts;
+    K(j) = b.stack;
+    D(j) = b.tid;
+    j++;
+  }
+  py::dict d;
+  d["ptr"] = ptr;
+  d["size"] = size;
+  d["ts"] = ts;
+  d["stack"] = stack;
+  d["tid"] = tid;
+  return d;
+}
+
+// Behaviour per stack: free locality, temporaries, size and lifetime histograms and the ages
+// of live blocks (rows by stack id), and (stack, alloc tid, free tid, count) for every
+// cross-thread pair seen.
+py::dict behaviour(const Consumer& c) {
+  auto lock = c.lock();
+  const Aggregates& a = c.aggregates();
+  size_t n = a.sites().size();
+  py::dict d;
+  site_columns(a, d, {"freed_same_thread", "freed_other_thread", "temporary", "freed_same_call"},
+               {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary,
+                &Site::freed_same_call});
+  for (auto [name, hist] : {std::make_pair("size_hist", &a.size_hist()),
+                            std::make_pair("lifetime_hist", &a.life_hist())}) {
+    py::array_t<uint64_t> h({n, (size_t)kBuckets});
+    std::memcpy(h.mutable_data(), hist->data(), n * kBuckets * 8);
+    d[name] = h;
+  }
+  // Ages of the blocks live now, per stack: bounded by the stacks, however large the heap.
+  py::array_t<uint64_t> ages({n, (size_t)kBuckets});
+  uint64_t* age = ages.mutable_data();
+  std::memset(age, 0, n * kBuckets * 8);
+  const uint64_t now = c.now();
+  const double per_tick = c.ticks_to_ns();
+  for (const LiveMap::Block& b : a.live().entries())
+    if (b.key && b.stack < n)
+      age[size_t(b.stack) * kBuckets +
+          log2_bucket(now > b.ts ? (uint64_t)((now - b.ts) * per_tick) : 0)]++;
+  d["age_hist"] = ages;
+  std::vector<uint64_t> stack, atid, ftid, count;
+  a.each_thread_pair([&](const Aggregates::ThreadPair& k, uint64_t n) {
+    stack.push_back(k.stack);
+    atid.push_back(k.alloc_tid);
+    ftid.push_back(k.free_tid);
+    count.push_back(n);
+  });
+  d["pair_stack"] = py::array_t<uint64_t>(stack.size(), stack.data());
+  d["pair_alloc_tid"] = py::array_t<uint64_t>(atid.size(), atid.data());
+  d["pair_free_tid"] = py::array_t<uint64_t>(ftid.size(), ftid.data());
+  d["pair_count"] = py::array_t<uint64_t>(count.size(), count.data());
+  return d;
+}
+
+// The events applied since the last call, as raw bytes of LoggedEvent records.
+py::bytes take_events(Consumer& c) {
+  auto lock = c.lock();
+  const std::vector<LoggedEvent> log = c.aggregates().take_events();
+  return py::bytes((const char*)log.data(), log.size() * sizeof(LoggedEvent));
+}
+
+// The slots the target patched itself (libraries loaded after attach).
+std::vector<py::tuple> late_slots(const Consumer& c) {
+  std::vector<py::tuple> out;
+  const Control& ctl = c.control();
+  uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl.nlate, __ATOMIC_ACQUIRE), kMaxLateSlots);
+  for (uint32_t i = 0; i < n; i++) {
+    const PatchedSlot& s = ctl.late[i];
+    out.push_back(py::make_tuple(s.addr, s.original, s.hook, s.hook_id, s.state));
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "memhook native consumer: shared segment, ring draining, per-stack aggregation";
+  m.def("hooks", [] {
+    std::vector<py::tuple> out;
+    for (const HookInfo& h : kHooks)
+      out.push_back(py::make_tuple(h.id, h.symbol, h.name, std::string(1, h.kind)));
+    return out;
+  });
+  m.def(
+      "entry_symbol",
+      [](const std::string& symbol, uint64_t sample_rate, bool size_filter) {
+        for (const HookInfo& h : kHooks)
+          if (symbol == h.symbol)
+            return kEntryPrefix[entry_for(h.kind, sample_rate, size_filter)] + symbol;
+        throw std::invalid_argument("not a hooked function: " + symbol);
+      },
+      py::arg("symbol"), py::arg("sample_rate"), py::arg("size_filter"),
+      "The hook library's entry a slot of `symbol` gets (common/routing.h).");
+  m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
+        py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
+        py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
+        py::arg("abandon_after_s"), py::arg("sample_rate") = 0,
+        py::arg("no_avx512") = false);
+  m.def(
+      "segment_layout",
+      [](uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
+        py::dict d;
+        d["control_bytes"] = sizeof(Control);
+        d["rings_offset"] = rings_offset();
+        d["ring_stride"] = ring_stride(ring_bytes);
+        d["ring_header_bytes"] = sizeof(RingHeader);
+        d["stack_caches_offset"] = stack_caches_offset(nrings, ring_bytes);
+        d["segment_bytes"] = segment_bytes(nrings, ring_bytes, depth);
+        return d;
+      },
+      py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
+      "Where a segment's parts lie (segment.h), for tests that read or forge its bytes.");
+  m.attr("MAX_DEPTH") = kMaxDepth;
+  m.attr("MAX_RINGS") = kMaxRings;
+  m.attr("HISTOGRAM_BUCKETS") = kBuckets;
+  // Where memhook's detach script finds the late-patched slots in the target's copy.
+  m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
+  m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
+  m.attr("CONTROL_NSLOTS_OFFSET") = offsetof(Control, nslots);
+  m.attr("CONTROL_SLOTS_OFFSET") = offsetof(Control, slots);
+  m.attr("CONTROL_HEARTBEAT_OFFSET") = offsetof(Control, heartbeat_ns);
+  m.attr("SLOT_BYTES") = sizeof(PatchedSlot);
+  // A PatchedSlot's fields as (offset, size), for the GDB agent that writes and reads them.
+  py::dict slot_fields;
+#define FIELD(f) slot_fields[#f] = py::make_tuple(offsetof(PatchedSlot, f), sizeof(PatchedSlot::f))
+  FIELD(addr);
+  FIELD(original);
+  FIELD(hook);
+  FIELD(hook_id);
+  FIELD(state);
+  FIELD(readonly);
+#undef FIELD
+  m.attr("SLOT_FIELDS") = slot_fields;
+  m.attr("SLOT_PATCHED") = (int)kSlotPatched;
+  m.attr("MAX_SLOTS") = kMaxSlots;
+  m.attr("MAX_LATE_SLOTS") = kMaxLateSlots;
+  m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
+  m.attr("CLOCK_TSC") = (int)kClockTsc;
+  m.attr("MODE_OFF") = (int)kOff;
+  m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
+  py::class_<Consumer>(m, "Consumer")
+      .def(py::init<int>(), py::arg("segment_fd"))
+      .def("drain", &Consumer::drain, py::arg("final") = false,
+           py::call_guard<py::gil_scoped_release>())
+      .def("start", &Consumer::start, py::arg("busy_us") = 1000, py::arg("idle_us") = 10000)
+      .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
+      .def("totals", &totals)
+      .def("sites", &sites)
+      .def("stacks", &stacks, py::arg("since") = 0)
+      .def("record_events",
+           [](Consumer& c, bool on) {
+             auto lock = c.lock();
+             c.aggregates().record_events(on);
+           })
+      .def("live_blocks", &live_blocks)
+      .def("behaviour", &behaviour)
+      .def("take_events", &take_events)
+      .def("late_slots", &late_slots)
+      .def("any_busy", &Consumer::any_busy)
+      .def("release_rings", &Consumer::release_rings, py::call_guard<py::gil_scoped_release>())
+      .def("ticks_to_ns", &Consumer::ticks_to_ns)
+      .def_property_readonly("clock_origin", &Consumer::clock_origin)
+      .def_property_readonly("started", &Consumer::started)
+      .def_property_readonly("abandoned", &Consumer::abandoned)
+      .def_property_readonly("lib_base", &Consumer::lib_base);
+}

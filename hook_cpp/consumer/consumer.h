@@ -1,0 +1,166 @@
+// The consumer, inside memhook: maps the session's segment, drains its rings on a native
+// thread (ring_reader.h) into the stack table and the aggregates, and keeps the heartbeat the
+// target watches. Python reads it through bindings.cpp.
+#pragma once
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "aggregates.h"
+#include "clock.h"
+#include "ring_reader.h"
+#include "segment.h"
+#include "stack_table.h"
+
+namespace memhook {
+
+class Consumer {
+ public:
+  // Takes its own duplicate of `segment_fd`.
+  explicit Consumer(int segment_fd) {
+    int fd = fcntl(segment_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(std::string("cannot use segment: ") + strerror(errno));
+    fd_ = fd;
+    struct stat st;
+    if (fstat(fd, &st) != 0) throw std::runtime_error("cannot stat segment");
+    bytes_ = (size_t)st.st_size;
+    if (bytes_ < sizeof(Control)) throw std::runtime_error("segment has the wrong format");
+    void* m = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
+    base_ = (uint8_t*)m;
+    ctl_ = (Control*)m;
+    if (ctl_->magic != kMagic || ctl_->version != kVersion ||
+        ctl_->depth > (uint32_t)kMaxDepth || ctl_->nrings > kMaxRings ||
+        bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes, ctl_->depth))
+      throw std::runtime_error("segment has the wrong format");
+    aggregates_ = std::make_unique<Aggregates>(double(ctl_->sample_rate));
+    clock0_ = read_clock(ctl_->clock);
+    ns0_ = monotonic_ns();
+    reader_ = std::make_unique<RingReader>(base_, stacks_, *aggregates_, clock0_);
+  }
+  ~Consumer() {
+    stop();
+    if (base_) munmap(base_, bytes_);
+    if (fd_ >= 0) close(fd_);
+  }
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // Drain continuously on a native thread: every `busy_us` while events arrive, `idle_us`
+  // otherwise.
+  void start(int busy_us, int idle_us) {
+    if (thread_.joinable()) return;
+    running_ = true;
+    thread_ = std::thread([this, busy_us, idle_us] {
+      while (running_.load(std::memory_order_relaxed)) {
+        __atomic_store_n(&ctl_->heartbeat_ns, monotonic_ns(), __ATOMIC_RELAXED);
+        uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);
+        size_t n = drain(false);
+        // A drain that found much (a writer running ahead, toward a full ring) goes again at once.
+        int us = n >= kDrainAgain ? 0 : n ? busy_us : idle_us;
+        struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
+        // Woken early by a writer whose ring passed half full.
+        syscall(SYS_futex, &ctl_->wake, FUTEX_WAIT, seen, &ts, nullptr, 0);
+      }
+    });
+  }
+
+  void stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Drain every ring and apply what is ordered. Returns events applied.
+  size_t drain(bool final) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t t0 = monotonic_ns();
+    size_t n = reader_->drain(final, read_clock(ctl_->clock), ticks_to_ns());
+    busy_ns_ += monotonic_ns() - t0;
+    return n;
+  }
+
+  // Events the hooks dropped (the rings were full or all owned): all of them, and the frees.
+  struct Dropped {
+    uint64_t events = 0, frees = 0;
+  };
+  Dropped dropped_counts() const {
+    if (released_) return dropped_at_release_;
+    Dropped d{__atomic_load_n(&ctl_->dropped_no_ring, __ATOMIC_RELAXED),
+              __atomic_load_n(&ctl_->dropped_frees_no_ring, __ATOMIC_RELAXED)};
+    for (uint32_t i = 0; i < ctl_->nrings; i++) {
+      d.events += __atomic_load_n(&reader_->ring(i)->dropped, __ATOMIC_RELAXED);
+      d.frees += __atomic_load_n(&reader_->ring(i)->dropped_frees, __ATOMIC_RELAXED);
+    }
+    return d;
+  }
+
+  bool any_busy() const {
+    for (uint32_t i = 0; i < ctl_->nrings; i++)
+      if (__atomic_load_n(&reader_->ring(i)->busy, __ATOMIC_ACQUIRE)) return true;
+    return false;
+  }
+
+  // After detach: give the ring pages back (the target keeps an empty mapping).
+  void release_rings() {
+    stop();
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped_at_release_ = dropped_counts();  // the counters live in the pages released below
+    released_ = true;
+    size_t off = rings_offset();
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)(bytes_ - off));
+  }
+
+  // Nanoseconds of CLOCK_MONOTONIC for a raw event timestamp.
+  double ticks_to_ns() const {
+    if (ctl_->clock != kClockTsc) return 1.0;
+    uint64_t dt = read_clock(ctl_->clock) - clock0_, dn = monotonic_ns() - ns0_;
+    return dt ? double(dn) / double(dt) : 1.0;
+  }
+
+  // What Python reads, under the lock the drain holds.
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(mutex_); }
+  const StackTable& stacks() const { return stacks_; }
+  Aggregates& aggregates() { return *aggregates_; }
+  const Aggregates& aggregates() const { return *aggregates_; }
+  const Control& control() const { return *ctl_; }
+  uint64_t applied() const { return reader_->applied(); }
+  uint64_t unordered() const { return reader_->unordered(); }
+  uint64_t busy_ns() const { return busy_ns_; }
+  uint64_t clock_origin() const { return clock0_; }
+  uint64_t now() const { return read_clock(ctl_->clock); }
+  bool started() const { return __atomic_load_n(&ctl_->started, __ATOMIC_ACQUIRE) != 0; }
+  bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
+  uint64_t lib_base() const { return ctl_->lib_base; }
+
+ private:
+  static constexpr size_t kDrainAgain = 16384;  // events in one drain: no sleep before the next
+
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+  int fd_ = -1;
+  Control* ctl_ = nullptr;
+  StackTable stacks_;
+  std::unique_ptr<Aggregates> aggregates_;  // once the control block gives the sampling rate
+  std::unique_ptr<RingReader> reader_;
+  uint64_t clock0_ = 0, ns0_ = 0, busy_ns_ = 0;
+  mutable std::mutex mutex_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  bool released_ = false;
+  Dropped dropped_at_release_;
+};
+
+}  // namespace memhook

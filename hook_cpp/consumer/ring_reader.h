@@ -1,0 +1,228 @@
+// Applying the per-thread rings. Each ring is applied in order, in place; an event that depends
+// on another ring's event (segment.h: a pointer freed on one thread and reused on another) waits
+// until that ring has applied it, and its ring waits with it. Dependencies follow the allocator's
+// own happens-before order, so they never form a cycle; one whose event will never come (its
+// writer died inside a hook) is given up after kStuckNs, and the final drain after detach gives
+// up whatever is left. Time: each ring's latest clock record, never earlier than the previous
+// drain (an event seen now was published after the last look), monotonic in apply order.
+//
+// Ring contents are hostile (the target's user can write them): nothing is read outside a
+// ring, and a malformed record ends what is read of the ring this time.
+#pragma once
+#include <stdint.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "aggregates.h"
+#include "clock.h"
+#include "segment.h"
+#include "stack_table.h"
+
+namespace memhook {
+
+class RingReader {
+ public:
+  // `segment`: the mapped segment, its control block already checked; start_ts: the clock when
+  // the consumer began (no event is earlier).
+  RingReader(uint8_t* segment, StackTable& stacks, Aggregates& aggregates, uint64_t start_ts)
+      : base_(segment), ctl_((const Control*)segment), rings_(ctl_->nrings),
+        stacks_(stacks), aggregates_(aggregates), prev_drain_ts_(start_ts) {}
+
+  // Apply every ring's published events that are ordered (the final drain: all of them).
+  // drain_ts: the clock now, which later drains' events are never earlier than. Returns events.
+  size_t drain(bool final, uint64_t drain_ts, double ns_per_tick) {
+    ns_per_tick_ = ns_per_tick;
+    size_t total = 0, passes = 0;
+    for (;;) {
+      size_t n = 0;
+      bool blocked = false;
+      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, &blocked);
+      total += n;
+      if (n && blocked && ++passes < 64) continue;  // what was applied may unblock a ring
+      if (n) break;
+      // No ring can move. Only the final drain gives up a dependency (the oldest-numbered
+      // blocked ring's), since nothing more will be published.
+      if (!final || !blocked) break;
+      for (uint32_t i = 0; i < ctl_->nrings; i++)
+        if (rings_[i].blocked) {
+          rings_[i].force = true;
+          break;
+        }
+    }
+    prev_drain_ts_ = drain_ts;
+    applied_ += total;
+    return total;
+  }
+
+  RingHeader* ring(uint32_t i) const {
+    return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
+  }
+  uint64_t applied() const { return applied_; }
+  uint64_t unordered() const { return unordered_; }  // dependencies given up
+
+ private:
+  static constexpr uint64_t kStuckNs = 2000000000;
+
+  struct RingState {
+    uint64_t read = 0;     // cursor past the last event applied
+    uint64_t seen_write = 0;  // the writer's cursor at the previous look
+    uint64_t ts = 0;       // its latest clock record
+    uint32_t tid = 0;      // its writer (kThread records)
+    bool blocked = false;  // its next event waits for another ring
+    bool force = false;    // apply the next event without waiting
+    uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
+    struct Held {
+      uint64_t depth;  // its depth bits (a pointer word's), from the record that filled it
+      uint32_t stack;
+    } slots[kStackSlots] = {};  // the stack each of the writer's stack slots holds
+  };
+
+  // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
+  // stack itself; 0 stays unknown.
+  static uint64_t pseudo_frame(uint64_t word) {
+    uint64_t depth = word >> kPtrBits;
+    return depth ? (uint64_t(1) << 40) - (depth << 4) : 0;
+  }
+
+  // Has the event named by `dep` been applied? It has unless it starts between its ring's read
+  // cursor and the end of what that ring published (or is about to: an event is entered in the
+  // address table before it is published, perhaps after a padding record). A ring's own
+  // dependencies are met by applying it in order.
+  bool satisfied(uint64_t dep, uint32_t own) const {
+    uint32_t no = uint32_t(dep >> 32);
+    if (!dep || no == own + 1 || no == 0 || no > ctl_->nrings) return true;
+    const RingHeader* r = ring(no - 1);
+    uint32_t start = (uint32_t)dep;
+    uint32_t read = uint32_t(rings_[no - 1].read >> 3);
+    uint32_t ahead = uint32_t(__atomic_load_n(&r->write, __ATOMIC_ACQUIRE) >> 3) - read;
+    uint32_t slack = 8 + 2 * kMaxDepth;  // the largest record, in words
+    return uint32_t(start - read) > ahead + slack;
+  }
+
+  // A block allocated while the map still holds it live from another thread: its free must be
+  // published in a ring not yet applied (a free is published before the real call, an allocation
+  // after it). Backs up a dependency the address table lost to a colliding pointer, or one that
+  // names another pointer's event: the malloc hook sends the entry's without asking whose it is.
+  bool free_pending(uint8_t kind, uint64_t dep, const uint64_t* at, const RingState& rs,
+                    uint32_t index) const {
+    if (kind == kFree || (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0)) return false;
+    const LiveMap::Block* b = aggregates_.live().find(at[1] & kPtrMask);
+    if (!b || b->tid == rs.tid) return false;
+    if (dep == b->event) return false;  // its allocation was the block's latest event: free lost
+    for (uint32_t j = 0; j < ctl_->nrings; j++)
+      if (j != index && rings_[j].read < __atomic_load_n(&ring(j)->write, __ATOMIC_ACQUIRE))
+        return true;
+    return false;  // nothing left to wait for: the free was lost
+  }
+
+  // Waits longer than kStuckNs at one cursor are given up: the event waited for will not come.
+  bool wait_at(RingState& rs, uint64_t cursor) {
+    uint64_t now = monotonic_ns();
+    if (rs.blocked_at != cursor) {
+      rs.blocked_at = cursor;
+      rs.blocked_since = now;
+    }
+    if (now - rs.blocked_since <= kStuckNs) return true;
+    unordered_++;
+    return false;
+  }
+
+  // Apply ring `index` in order until it is empty or waits (the final drain takes everything
+  // published). Returns events applied.
+  size_t apply_ring(uint32_t index, bool final, bool* any_blocked) {
+    RingHeader* r = ring(index);
+    RingState& rs = rings_[index];
+    const uint64_t cap = ctl_->ring_bytes;
+    const uint8_t* data = (const uint8_t*)(r + 1);
+    const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
+    uint64_t rd = r->read;
+    if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
+    // While the writer is moving, leave the cache line it is filling alone: reading it would
+    // take the line away from the writer's core in the middle of its records.
+    const uint64_t limit = (w == rs.seen_write || final) ? w : w & ~uint64_t(63);
+    rs.seen_write = w;
+    size_t n = 0;
+    rs.blocked = false;
+    rs.read = rd;
+    // Distances, not comparisons of cursors: a forged cursor near 2^64 would wrap past `limit`.
+    while (rd != limit && limit - rd <= cap) {
+      const uint64_t pos = rd & (cap - 1);
+      const uint64_t* at = (const uint64_t*)(data + pos);
+      const uint64_t hdr = at[0];
+      const uint8_t kind = hdr & 0xff, op = (hdr >> 8) & 0xff;
+      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth);
+      const uint64_t aux = hdr >> kDepShift;
+      if (kind == kPadding) {
+        rd += cap - pos;
+        continue;
+      }
+      size_t words = kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
+                   : kind == kFree || kind == kTime ? 2 : 1;
+      if (kind > kThread || pos + 8 * words > cap || 8 * words > w - rd) {
+        rd = w;  // malformed: skip what is there
+        break;
+      }
+      if (8 * words > limit - rd) break;  // ends in the line being written: next time
+      const uint64_t dep_old = kind == kRealloc ? at[4] : 0;
+      if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
+          !(satisfied(aux, index) && satisfied(dep_old, index) &&
+            !free_pending(kind, aux, at, rs, index)) &&
+          wait_at(rs, rd)) {
+        rs.blocked = *any_blocked = true;
+        break;
+      }
+      rs.force = false;
+      const uint64_t event = event_name(index + 1, rd);
+      rd += 8 * words;
+      if (kind == kTime) {
+        rs.ts = std::max(rs.ts, at[1]);
+        continue;
+      }
+      if (kind == kThread) {
+        rs.tid = (uint32_t)aux;
+        continue;
+      }
+      n++;
+      uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
+      last_ts_ = ts;
+      const uint64_t ptr = at[1] & kPtrMask;
+      // An allocation's stack slot: one with frames fills it, one without repeats it.
+      const uint32_t slot = kind == kFree ? 0 : uint32_t(at[2] >> kSlotShift);  // 1 + it, or 0
+      RingState::Held* const held = slot && slot <= kStackSlots ? &rs.slots[slot - 1] : nullptr;
+      if (held && nf) held->depth = at[1] & ~kPtrMask;
+      const uint64_t frame = pseudo_frame(held && !nf ? held->depth : at[1]);
+      if (kind == kFree) {
+        aggregates_.apply({ts, ptr, 0, frame, 0, 0, rs.tid, op, 1}, ns_per_tick_);
+      } else if (kind == kAlloc || kind == kRealloc) {
+        // The allocating call's frame bounds the hook's from above: frames below it returned.
+        const uint64_t below = frame ? frame - 1 : 0;
+        if (kind == kRealloc)
+          aggregates_.apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1}, ns_per_tick_);
+        uint32_t stack;
+        if (nf == 0) {  // the slot's stack (a walk yields at least the call site)
+          stack = held ? held->stack : 0;
+        } else {
+          stack = stacks_.intern(at + (kind == kAlloc ? 3 : 5), nf);
+          aggregates_.grow(stacks_.size());
+          if (held) held->stack = stack;
+        }
+        aggregates_.apply({ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0, event},
+                          ns_per_tick_);
+      }
+      rs.read = rd;  // satisfied() looks here
+    }
+    __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
+    return n;
+  }
+
+  uint8_t* base_;
+  const Control* ctl_;
+  std::vector<RingState> rings_;
+  StackTable& stacks_;
+  Aggregates& aggregates_;
+  uint64_t prev_drain_ts_, last_ts_ = 0, applied_ = 0, unordered_ = 0;
+  double ns_per_tick_ = 1.0;
+};
+
+}  // namespace memhook
