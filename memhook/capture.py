@@ -3,21 +3,8 @@ on this host or another.
 
 A 24-byte header (magic, format version), then blocks appended as the session goes, each
   kind (4 bytes) | crc32 of payload (u32) | payload length (u64) | zlib-compressed payload
-so a capture cut off by a crash or kill -9 reads up to its last complete block. Kinds:
-  META  JSON   process metadata; later META blocks update earlier ones (end time, totals)
-  MODS  JSON   module table: path, build_id, bias, lo, hi, size, mtime (the last one counts)
-  STKS  npz    new unique stacks: first (id), offsets, frames (raw return addresses)
-  AGGR  npz    snapshot of the per-stack aggregates, indexed by stack id (the last one counts)
-  TSER  npz    time-series rows: totals per interval, and the top stacks' outstanding bytes
-  EVTS  npz    every applied event, with --record-events
-  BEHV  npz    behaviour per stack with every AGGR: freed_same_thread, freed_other_thread,
-               temporary, freed_same_call (while the allocating call was active), size_hist, lifetime_hist and age_hist (ages of live blocks then; log2
-               buckets, rows by stack id), and pair_stack/pair_alloc_tid/pair_free_tid/
-               pair_count for cross-thread frees
-  LIVE  npz    with --record-events: the blocks still live at the end: ptr, size, stack, tid,
-               ts (ns since attach)
-  END   -      the capture is complete
-Arrays are numpy .npz archives (allow_pickle off).
+so a capture cut off by a crash or kill -9 reads up to its last complete block. The blocks
+and their columns: docs/capture-format.md (the one description; keep it in step with this file).
 """
 from __future__ import annotations
 

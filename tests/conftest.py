@@ -23,6 +23,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 TARGETS = Path(__file__).parent / "targets"
 DEFAULT_FLAGS = ["-g", "-O0", "-fno-omit-frame-pointer"]
+WORKERS, ITERS, LEAKS = 4, 20000, 100  # tests/targets/threads.c's workload
 
 
 def build(tmp_path: Path, source: str, *, name: str | None = None, flags=(), libs=(),
@@ -152,6 +153,43 @@ def site(report: dict, function: str, frame: int = 0) -> dict:
     return found[0]
 
 
+def report(capture, *args):
+    proc = run_memhook("report", capture, *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+def report_json(capture, *args):
+    return json.loads(report(capture, "--format", "json", *args).stdout)
+
+def one_line_error(proc, code, *words):
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memhook: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+def slot_values(pid, exe):
+    from memhook import elf
+    from memhook.procfs import Memory
+    layout = elf.scan(pid, str(exe))
+    with Memory(pid) as mem:
+        return layout, {s.addr: mem.u64(s.addr) for s in layout.slots}
+
+def assert_restored(pid, exe, before):
+    """Every slot holds what it held before memhook — or, for a lazy slot that has been called
+    since, the function the dynamic linker bound it to; none anywhere points into memhook's
+    library (libraries loaded since, such as the hook library's own libgcc_s, included)."""
+    from memhook.procfs import read_maps
+    layout, after = slot_values(pid, exe)
+    hook_of = {s.addr: s.hook_id for s in layout.slots}
+    wrong = {a: (before[a], after.get(a)) for a in before
+             if after.get(a) not in (before[a], layout.real.get(hook_of.get(a)))}
+    assert not wrong
+    hook = [(m.start, m.end) for m in read_maps(pid) if "libmemhook_hook" in m.path]
+    assert not [a for a, v in after.items() if any(lo <= v < hi for lo, hi in hook)]
+
+
 @pytest.fixture
 def targets():
     """Start targets; every one still running at the end is killed."""
@@ -187,6 +225,6 @@ def nobody_target(tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def _root_only():
-    if os.geteuid() != 0:
-        pytest.skip("memhook attaches with ptrace: the tests run as root")
+def _root_only(request):
+    if os.geteuid() != 0 and not request.node.get_closest_marker("unprivileged"):
+        pytest.skip("memhook attaches with ptrace: these tests run as root")

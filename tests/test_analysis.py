@@ -2,8 +2,7 @@
 import json
 import time
 
-from conftest import Memhook, build, run_memhook
-from test_capture import report_json
+from conftest import ITERS, WORKERS, Memhook, build, report_json, run_memhook
 
 
 def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
@@ -47,7 +46,6 @@ def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
 def test_thread_locality_and_transients(tmp_path, targets):
     """threads.c: each worker frees every odd block itself right away (a temporary) and hands
     every even one to the freer thread."""
-    from test_lifecycle import ITERS, WORKERS
     target = targets(build(tmp_path, "threads.c"))
     mh = Memhook(target.pid, tmp_path)
     target.command("go")

@@ -11,19 +11,9 @@ from importlib import resources
 
 import pytest
 
-from conftest import Memhook, build, memhook_cmd, run_memhook, site
+from conftest import Memhook, build, memhook_cmd, report, report_json, run_memhook, site
 
 LATE_LEAK = 7 * 99  # lifecycle.c: "go" leaks 7 blocks of 99 bytes in late_leak
-
-
-def report(capture, *args):
-    proc = run_memhook("report", capture, *args)
-    assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def report_json(capture, *args):
-    return json.loads(report(capture, "--format", "json", *args).stdout)
 
 
 def build_id(path):

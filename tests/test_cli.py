@@ -6,16 +6,8 @@ import subprocess
 
 import pytest
 
-from conftest import Memhook, build, memhook_cmd, run_memhook, site
-
-
-def one_line_error(proc, code, *words):
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memhook: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
+from conftest import (Memhook, assert_restored, build, memhook_cmd, one_line_error, run_memhook,
+                      site, slot_values)
 
 
 @pytest.fixture
@@ -90,6 +82,7 @@ def test_target_exit_ends_the_session(tmp_path, lifecycle_target):
     (["report", "/nonexistent.mh"], 1, ["cannot open"]),
     (["report"], 2, []),
 ])
+@pytest.mark.unprivileged
 def test_bad_arguments(args, code, words):
     one_line_error(run_memhook(*args), code, *words)
 
@@ -126,6 +119,7 @@ def test_statically_linked_target(tmp_path, targets):
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage" * 100, b"MEMHOOK\0CAPTURE\0" + b"\xff" * 8])
+@pytest.mark.unprivileged
 def test_bad_capture_files(tmp_path, content):
     bad = tmp_path / "bad.mh"
     bad.write_bytes(content)
@@ -152,7 +146,6 @@ def test_ctrl_c_at_any_moment_of_attach(tmp_path, targets, delay):
     hooked or harmed, and memhook exits cleanly."""
     import signal
     import time
-    from test_entry_points import assert_restored, slot_values
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
@@ -180,7 +173,6 @@ def test_gdb_missing(tmp_path, lifecycle_target):
                           env=env, cwd="/")
     one_line_error(proc, 1, "gdb is not installed", "apt-get install gdb")
     assert lifecycle_target.finish() == 0
-
 
 
 def test_live_view_on_a_terminal(tmp_path, lifecycle_target):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import Memhook, build, site
+from conftest import Memhook, assert_restored, build, site, slot_values
 
 N = 10
 # function -> (bytes per block, operation), each leaked N times by tests/targets/entry_points.cpp
@@ -85,28 +85,6 @@ def check_report(report):
     assert t["unknown_free_count"] == 1
     for s in report["sites"]:
         assert "memhook" not in (s["frames"][0]["module"] or "")
-
-
-def slot_values(pid, exe):
-    from memhook import elf
-    from memhook.procfs import Memory
-    layout = elf.scan(pid, str(exe))
-    with Memory(pid) as mem:
-        return layout, {s.addr: mem.u64(s.addr) for s in layout.slots}
-
-
-def assert_restored(pid, exe, before):
-    """Every slot holds what it held before memhook — or, for a lazy slot that has been called
-    since, the function the dynamic linker bound it to; none anywhere points into memhook's
-    library (libraries loaded since, such as the hook library's own libgcc_s, included)."""
-    from memhook.procfs import read_maps
-    layout, after = slot_values(pid, exe)
-    hook_of = {s.addr: s.hook_id for s in layout.slots}
-    wrong = {a: (before[a], after.get(a)) for a in before
-             if after.get(a) not in (before[a], layout.real.get(hook_of.get(a)))}
-    assert not wrong
-    hook = [(m.start, m.end) for m in read_maps(pid) if "libmemhook_hook" in m.path]
-    assert not [a for a, v in after.items() if any(lo <= v < hi for lo, hi in hook)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

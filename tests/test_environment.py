@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (TARGETS, Memhook, Target, build, memhook_cmd, run_memhook, site,
-                      world_readable_copy)
-from test_cli import one_line_error
+from conftest import (TARGETS, Memhook, Target, build, memhook_cmd, one_line_error, run_memhook,
+                      site, world_readable_copy)
 
 
 def wait_started(proc, exe_name):

@@ -5,11 +5,14 @@ import json
 import zlib
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memhook import capture, report
 from memhook.symbolize import Symbolizer
+
+pytestmark = pytest.mark.unprivileged
 
 FUZZ = settings(max_examples=300, deadline=2000, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -125,3 +128,21 @@ def test_json_blocks_of_any_shape(tmp_path, meta, modules):
     read_and_report(tmp_path, head + block(b"META", json.dumps(meta).encode())
                     + block(b"MODS", json.dumps(modules).encode()) + rest[:0]
                     + block(b"META", json.dumps({"totals": meta}).encode()))
+
+
+def test_format_spec_names_what_the_code_writes():
+    """docs/capture-format.md is the one description: every column the writer puts in a block
+    is named in that block's row, and every block kind the reader knows has a row."""
+    import re
+    from pathlib import Path
+    spec = (Path(__file__).parent.parent / "docs" / "capture-format.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
+    assert set(rows) == {"META", "MODS", "STKS", "AGGR", "TSER", "EVTS", "BEHV", "LIVE", "END "}
+    columns = {"AGGR": capture.SITE_COLUMNS,
+               "TSER": capture.SERIES_COLUMNS + capture.MEMORY_COLUMNS,
+               "LIVE": capture.LIVE_COLUMNS,
+               "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS + capture.BEHAVIOUR_PAIRS,
+               "EVTS": tuple(n for n in capture.EVENT_DTYPE.names if n != "pad")}
+    for kind, names in columns.items():
+        missing = [n for n in names if f"`{n}`" not in rows[kind]]
+        assert not missing, (kind, missing)

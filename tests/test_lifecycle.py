@@ -4,10 +4,9 @@ import subprocess
 
 import pytest
 
-from conftest import TARGETS, Memhook, build, site
+from conftest import ITERS, LEAKS, TARGETS, WORKERS, Memhook, build, site
 from memhook.procfs import read_maps
 
-WORKERS, ITERS, LEAKS = 4, 20000, 100
 
 
 def test_threads_and_cross_thread_frees(tmp_path, targets):

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from conftest import Memhook, build, memhook_cmd, site
-from test_entry_points import assert_restored, slot_values
+from conftest import (Memhook, assert_restored, build, memhook_cmd, one_line_error, site,
+                      slot_values)
 
 
 def killed_once_attached(pid: int, unhook_after: str) -> None:
@@ -91,7 +91,6 @@ def test_already_traced_by_another_debugger(tmp_path, targets):
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     from conftest import run_memhook
-    from test_cli import one_line_error
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     strace = subprocess.Popen(["strace", "-p", str(target.pid), "-o", "/dev/null"],
                               stderr=subprocess.DEVNULL)
@@ -110,7 +109,6 @@ def test_already_traced_by_another_debugger(tmp_path, targets):
 
 def test_second_memhook_refused_first_unharmed(tmp_path, targets):
     from conftest import run_memhook
-    from test_cli import one_line_error
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     first = Memhook(target.pid, tmp_path)
     one_line_error(run_memhook("-p", target.pid), 1, "already being traced by another memhook")

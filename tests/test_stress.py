@@ -5,9 +5,8 @@ import signal
 import subprocess
 import time
 
-from conftest import Memhook, build, memhook_cmd, site
+from conftest import Memhook, assert_restored, build, memhook_cmd, site, slot_values
 from memhook.procfs import read_maps
-from test_entry_points import assert_restored, slot_values
 
 
 def corrupt_count(target) -> int:

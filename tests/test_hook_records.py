@@ -1,0 +1,110 @@
+"""The hook library's records, byte for byte: a harness loads it in-process (no GDB, no root),
+calls memhook_hook_malloc and memhook_hook_free directly, and the records in the ring are read
+back by segment.h's grammar, under the SSE4.1 comparison and, where the CPU has it, AVX-512."""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from conftest import build
+from memhook import _native, elf, hooks
+
+pytestmark = pytest.mark.unprivileged
+
+COMMON = Path(__file__).parent.parent / "hook_cpp" / "common"
+KIND = {0: "padding", 1: "alloc", 2: "free", 3: "realloc", 4: "nop", 5: "time", 6: "thread"}
+PTR_MASK = (1 << 47) - 1
+SIZE_MASK = (1 << 56) - 1
+RING_BYTES, DEPTH = 1 << 16, 32
+
+
+def cpu_has(flag: str) -> bool:
+    with open("/proc/cpuinfo") as f:
+        return flag in next(line for line in f if line.startswith("flags")).split()
+
+
+def records(data: bytes, end: int):
+    """(cursor, kind, op, header aux, words after the header) for each record in [0, end)."""
+    at = 0
+    while at < end:
+        hdr, = struct.unpack_from("<Q", data, at)
+        kind, op, nframes, aux = hdr & 0xFF, hdr >> 8 & 0xFF, hdr >> 16 & 0xFF, hdr >> 24
+        assert kind in KIND, f"record at {at}: no such kind ({hdr:#x})"
+        n = {1: 2 + nframes, 2: 1, 3: 4 + nframes, 5: 1}.get(kind, 0)
+        words = struct.unpack_from(f"<{n}Q", data, at + 8)
+        yield at, KIND[kind], op, aux, hdr, list(words)
+        at += 8 * (1 + n)
+
+
+@pytest.fixture(params=["sse", "avx512"])
+def ring(request, tmp_path):
+    """Run the harness with the hook library; the ring's records and what the harness printed."""
+    if request.param == "avx512" and not cpu_has("avx512vl"):
+        pytest.skip("this CPU has no AVX-512VL: memhook_hook_malloc runs its SSE4.1 comparison")
+    exe = build(tmp_path, "hook_harness.cpp", flags=["-O1", "-I", str(COMMON)])
+    segment = tmp_path / "segment"
+    fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _native.format_segment(fd, 1, RING_BYTES, DEPTH, _native.CLOCK_MONOTONIC, 0, 2**64 - 1,
+                               0, {}, [], 1000.0, 0, request.param == "sse")
+    finally:
+        os.close(fd)
+    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
+    out = subprocess.run([exe, str(library), str(segment)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = {}
+    for line in out.stdout.splitlines():
+        key, *values = line.split()
+        said[key] = [int(v, 0) for v in values]
+    assert said["start"] == [0]
+    layout = _native.segment_layout(1, RING_BYTES, DEPTH)
+    data = segment.read_bytes()
+    header = layout["rings_offset"]
+    write, = struct.unpack_from("<Q", data, header + 8)  # RingHeader.write
+    body = data[header + layout["ring_header_bytes"]:header + layout["ring_stride"]]
+    return list(records(body, write)), said
+
+
+def test_malloc_and_free_records(ring):
+    recs, said = ring
+    malloc, free = hooks.BY_SYMBOL["malloc"].id, hooks.BY_SYMBOL["free"].id
+    malloc_header = 1 | malloc << 8  # kAlloc, malloc, no frames, no dependency
+    kinds = [r[1] for r in recs]
+    assert kinds == ["time", "thread", "alloc", "alloc", "free", "alloc"], kinds
+    assert recs[1][3] > 0  # the writer's tid
+    a, b, f, d = recs[2], recs[3], recs[4], recs[5]
+    pa, pb, pd = said["ptrs"]
+    assert pd == pb, "the harness expects the allocator to hand the freed block back"
+
+    # The first allocation walked its stack: the call site in leaf(), then leaf's and mid's
+    # return addresses as the harness itself saw them.
+    cursor, _, op, dep, hdr, words = a
+    assert op == malloc and dep == 0
+    ptr_word, size_word, *frames = words
+    assert ptr_word & PTR_MASK == pa and ptr_word >> 47 != 0  # the allocating frame's depth
+    assert size_word & SIZE_MASK == 16
+    slot_bits = size_word & ~SIZE_MASK
+    assert slot_bits != 0, "a walked stack fills a slot"
+    assert 0 < frames[0] - said["leaf"][0] < 64
+    assert frames[1:3] == [said["leaf_ret"][0], said["mid_ret"][0]]
+
+    # The same stack again: the hand-written record, three words, no frames, no depth bits,
+    # the slot's bits; the table entry it replaced belonged to no live block (dependency 0).
+    cursor_b, _, op, dep, hdr, words = b
+    assert hdr == malloc_header and words == [pb, 16 | slot_bits]
+
+    # The free of that block depends on its allocation: ring 1, the record's cursor / 8.
+    cursor_f, _, op, dep, hdr, words = f
+    assert op == free and dep == 1 << 32 | cursor_b // 8
+    assert words[0] & PTR_MASK == pb
+
+    # The block allocated again (by the hand-written record) depends on the free.
+    _, _, op, dep, hdr, words = d
+    assert hdr == malloc_header | (1 << 32 | cursor_f // 8) << 24
+    assert words == [pd, 16 | slot_bits]
