@@ -46,10 +46,9 @@ class Consumer {
         ctl_->depth > (uint32_t)kMaxDepth || ctl_->nrings > kMaxRings ||
         bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes, ctl_->depth))
       throw std::runtime_error("segment has the wrong format");
-    aggregates_ = std::make_unique<Aggregates>(double(ctl_->sample_rate));
     clock0_ = read_clock(ctl_->clock);
     ns0_ = monotonic_ns();
-    reader_ = std::make_unique<RingReader>(base_, stacks_, *aggregates_, clock0_);
+    reader_ = std::make_unique<RingReader>(base_, clock0_);
   }
   ~Consumer() {
     stop();
@@ -132,9 +131,9 @@ class Consumer {
 
   // What Python reads, under the lock the drain holds.
   std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(mutex_); }
-  const StackTable& stacks() const { return stacks_; }
-  Aggregates& aggregates() { return *aggregates_; }
-  const Aggregates& aggregates() const { return *aggregates_; }
+  const StackTable& stacks() const { return reader_->stacks(); }
+  Aggregates& aggregates() { return reader_->aggregates(); }
+  const Aggregates& aggregates() const { return reader_->aggregates(); }
   const Control& control() const { return *ctl_; }
   uint64_t applied() const { return reader_->applied(); }
   uint64_t unordered() const { return reader_->unordered(); }
@@ -152,9 +151,7 @@ class Consumer {
   size_t bytes_ = 0;
   int fd_ = -1;
   Control* ctl_ = nullptr;
-  StackTable stacks_;
-  std::unique_ptr<Aggregates> aggregates_;  // once the control block gives the sampling rate
-  std::unique_ptr<RingReader> reader_;
+  std::unique_ptr<RingReader> reader_;  // once the control block is checked
   uint64_t clock0_ = 0, ns0_ = 0, busy_ns_ = 0;
   mutable std::mutex mutex_;
   std::thread thread_;

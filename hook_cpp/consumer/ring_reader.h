@@ -1,3 +1,6 @@
+// Applying the per-thread rings into the stack table and the aggregates, which it owns (held
+// in place, not through references: the drain loop reads them for every event).
+//
 // Applying the per-thread rings. Each ring is applied in order, in place; an event that depends
 // on another ring's event (segment.h: a pointer freed on one thread and reused on another) waits
 // until that ring has applied it, and its ring waits with it. Dependencies follow the allocator's
@@ -25,9 +28,9 @@ class RingReader {
  public:
   // `segment`: the mapped segment, its control block already checked; start_ts: the clock when
   // the consumer began (no event is earlier).
-  RingReader(uint8_t* segment, StackTable& stacks, Aggregates& aggregates, uint64_t start_ts)
+  RingReader(uint8_t* segment, uint64_t start_ts)
       : base_(segment), ctl_((const Control*)segment), rings_(ctl_->nrings),
-        stacks_(stacks), aggregates_(aggregates), prev_drain_ts_(start_ts) {}
+        aggregates_(double(ctl_->sample_rate)), prev_drain_ts_(start_ts) {}
 
   // Apply every ring's published events that are ordered (the final drain: all of them).
   // drain_ts: the clock now, which later drains' events are never earlier than. Returns events.
@@ -59,6 +62,9 @@ class RingReader {
     return (RingHeader*)(base_ + rings_offset() + size_t(i) * ring_stride(ctl_->ring_bytes));
   }
   uint64_t applied() const { return applied_; }
+  const StackTable& stacks() const { return stacks_; }
+  Aggregates& aggregates() { return aggregates_; }
+  const Aggregates& aggregates() const { return aggregates_; }
   uint64_t unordered() const { return unordered_; }  // dependencies given up
 
  private:
@@ -219,8 +225,8 @@ class RingReader {
   uint8_t* base_;
   const Control* ctl_;
   std::vector<RingState> rings_;
-  StackTable& stacks_;
-  Aggregates& aggregates_;
+  StackTable stacks_;
+  Aggregates aggregates_;
   uint64_t prev_drain_ts_, last_ts_ = 0, applied_ = 0, unordered_ = 0;
   double ns_per_tick_ = 1.0;
 };

@@ -1,18 +1,59 @@
 // A new segment's control block, written by memhook before injection (the target checks it in
-// memhook_start).
+// memhook_start). Header-only: the consumer extension is one translation unit (bindings.cpp).
 #pragma once
 #include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "clock.h"
+#include "segment.h"
 
 namespace memhook {
 
 // Size and fill a new segment file (created by Python with O_EXCL, owner-only).
-void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
+inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
                     const std::vector<uint64_t>& known, double abandon_after_s,
-                    uint64_t sample_rate, bool no_avx512);
+                    uint64_t sample_rate, bool no_avx512) {
+  if (nrings == 0 || nrings > kMaxRings)
+    throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
+  if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
+    throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
+  if (depth < 1 || depth > (uint32_t)kMaxDepth)
+    throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
+  size_t bytes = segment_bytes(nrings, ring_bytes, depth);
+  if (ftruncate(fd, (off_t)bytes) != 0) throw std::runtime_error("cannot size segment");
+  void* m = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
+  Control* c = (Control*)m;
+  std::memset((void*)c, 0, sizeof(Control));
+  c->version = kVersion;
+  c->control_bytes = sizeof(Control);
+  c->nrings = nrings;
+  c->ring_bytes = ring_bytes;
+  c->depth = depth;
+  c->clock = clock;
+  c->min_size = min_size;
+  c->max_size = max_size;
+  c->sample_rate = sample_rate;
+  c->no_avx512 = no_avx512;
+  c->target_pid = pid;
+  c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
+  c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
+  for (auto& [id, addr] : real)
+    if (id > 0 && id < kMaxHooks) c->real[id] = addr;
+  c->nknown = (uint32_t)std::min<size_t>(known.size(), kMaxKnownObjects);
+  for (uint32_t i = 0; i < c->nknown; i++) c->known_bases[i] = known[i];
+  __atomic_store_n(&c->magic, kMagic, __ATOMIC_RELEASE);
+  munmap(m, sizeof(Control));
+}
 
 }  // namespace memhook

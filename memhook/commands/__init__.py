@@ -1,0 +1,1 @@
+"""The two commands: `memhook -p PID` (attach.py) and `memhook report FILE` (report.py)."""

@@ -1,0 +1,40 @@
+"""What both commands' arguments share: value types, one-line usage errors, exit codes."""
+from __future__ import annotations
+
+import argparse
+import re
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+class UsageError(Exception):
+    pass
+
+
+def size_arg(text: str) -> int:
+    m = SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 1024, 64K, 2MiB)")
+    return int(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower())
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+    return v
+
+
+def pid_arg(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid PID {text!r}: a positive number is expected")
+    return int(text)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(message)

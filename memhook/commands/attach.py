@@ -1,0 +1,154 @@
+"""`memhook -p PID`: attach, follow the session (live view, capture), detach, report."""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+from .. import __version__
+from ..live_view import LiveView
+from ..session import MAX_SIZE, Options
+from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, pid_arg, positive_float,
+                        size_arg)
+
+
+def attach_parser() -> Parser:
+    p = Parser(prog="memhook", description="Attach to a running process and report the call "
+               "stacks that hold unfreed memory. `memhook report FILE` reads a capture.")
+    p.add_argument("-p", "--pid", type=pid_arg, required=True, help="process to attach to")
+    p.add_argument("--duration", type=positive_float, help="detach after this many seconds")
+    p.add_argument("-o", "--output", help="write a capture file on detach")
+    p.add_argument("--min-size", type=size_arg, default=Options.min_size,
+                   help="trace allocations of at least "
+                   "this many bytes")
+    p.add_argument("--max-size", type=size_arg, default=None, help="trace allocations of at most "
+                   "this many bytes")
+    p.add_argument("--depth", type=int, default=Options.depth,
+                   help=f"backtrace frames (default {Options.depth})")
+    p.add_argument("--interval", type=positive_float, default=5.0,
+                   help="seconds between live views (default 5)")
+    p.add_argument("--top", type=int, default=10, help="call stacks shown (default 10)")
+    p.add_argument("--no-live", action="store_true", help="no periodic view, final report only")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="final report format")
+    p.add_argument("--ring-size", type=size_arg, default=Options.ring_bytes,
+                   help=f"bytes per thread ring (power of two, default "
+                   f"{Options.ring_bytes >> 20}MiB)")
+    p.add_argument("--rings", type=int, default=Options.rings,
+                   help=f"rings (writer threads) (default {Options.rings})")
+    p.add_argument("--unhook-after", type=positive_float, default=Options.abandon_after_s,
+                   help="if memhook dies, the target unhooks itself after this many seconds "
+                   f"without its heartbeat (default {Options.abandon_after_s:g})")
+    p.add_argument("--sample-rate", type=size_arg, default=Options.sample_rate, metavar="BYTES",
+                   help="sample allocations: on average one per BYTES allocated (a Poisson "
+                   "process per byte), each weighted by 1/P so totals stay unbiased; the "
+                   "unsampled cost a countdown (default 0: trace every call)")
+    p.add_argument("--record-events", action="store_true",
+                   help="keep every event in the capture (for lifetime analyses)")
+    p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
+                   help="seconds between aggregate snapshots in the capture (default 60)")
+    p.add_argument("--version", action="version", version=f"memhook {__version__}")
+    return p
+
+
+def report_attached(session, result: dict) -> None:
+    late = result.get("late", 0)
+    print(f"memhook: attached to PID {session.pid} ({session.info.command}): "
+          f"{len(session.patched)} slots patched"
+          + (f", {late} in libraries loaded meanwhile" if late else "")
+          + (f", {len(session.skipped)} left alone" if session.skipped else "")
+          + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for path, why in session.skipped_objects:
+        if why != "the dynamic loader":
+            print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
+    for slot, value in session.skipped:
+        held = "is unreadable" if value is None else f"holds 0x{value:x}"
+        print(f"memhook: left alone: the {slot.symbol} slot at 0x{slot.addr:x} in {slot.module} "
+              f"{held}, not {slot.symbol} itself", file=sys.stderr)
+
+
+def follow(session, recorder, a, stop: dict) -> None:
+    """Until Ctrl-C, --duration or the target's exit: sample, record and show, every interval."""
+    from .. import elf
+    from ..symbolize import Symbolizer
+    symbolizer = Symbolizer(session.modules.values())
+    view = LiveView(session, a.top, sys.stdout.isatty())
+    t0 = time.monotonic()
+    next_tick = t0 + a.interval
+    while not stop["reason"]:
+        time.sleep(0.05)
+        now = time.monotonic()
+        if not session.target_alive():
+            stop["reason"] = "target exited"
+        elif now >= next_tick and session.target_execed():
+            stop["reason"] = "target exec'd another program"
+        elif a.duration and now - t0 >= a.duration:
+            stop["reason"] = "duration reached"
+        if now >= next_tick and not stop["reason"]:
+            next_tick = now + a.interval
+            known = len(session.modules)
+            if session.target_alive():
+                session.modules = elf.modules(session.pid, session.modules)
+            if len(session.modules) != known:
+                symbolizer.set_modules(session.modules.values())
+            recorder.tick()
+            if not a.no_live:
+                view.show(symbolizer)
+
+
+def run_attach(argv: list[str]) -> int:
+    from .. import capture, report
+    from ..session import Session
+    from ..symbolize import Symbolizer
+    a = attach_parser().parse_args(argv)
+    if a.top < 1:
+        raise UsageError("--top must be at least 1")
+    opts = Options(depth=a.depth, min_size=a.min_size,
+                   max_size=MAX_SIZE if a.max_size is None else a.max_size,
+                   ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
+                   sample_rate=a.sample_rate)
+    try:
+        opts.check()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+    stop = {"reason": ""}
+
+    def on_signal(signum, _frame):
+        stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
+
+    # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    session = Session(a.pid, opts)
+    # Opened before attaching: an unwritable -o fails while the target is untouched.
+    recorder = capture.Recorder(session, a.output, snapshot_every=a.snapshot_interval,
+                                record_events=a.record_events)
+    result = session.attach()
+    try:
+        report_attached(session, result)
+        recorder.start()
+        follow(session, recorder, a, stop)
+    finally:  # whatever happened since attach, the target gets its slots back
+        stop["reason"] = stop["reason"] or "error"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # detaching must not be cut short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        session.detach(stop["reason"])
+    print(f"memhook: detached ({stop['reason']}): {session.restored} slots restored"
+          + (f"; target paused {session.pause_ms['detach']:.1f} ms"
+             if "detach" in session.pause_ms else ""), flush=True)
+    cap = recorder.finish()
+    if a.output:
+        print(f"memhook: capture written to {a.output} ({recorder.writer.bytes} bytes)",
+              flush=True)
+    rep = report.build(cap, Symbolizer(cap.modules))
+    if a.format == "json":
+        print(json.dumps(rep, indent=1), flush=True)
+    else:
+        print(report.render_text(rep, a.top), flush=True)
+    if session.detach_error:
+        print(f"memhook: could not restore the slots ({session.detach_error}); the target "
+              "keeps running with memhook's hooks in place", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

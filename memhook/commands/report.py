@@ -1,0 +1,110 @@
+"""`memhook report FILE`: a capture as text, JSON, pprof, folded stacks or HTML, or a diff."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .arguments import EXIT_OK, Parser, UsageError, positive_float, size_arg
+
+
+def report_parser() -> Parser:
+    p = Parser(prog="memhook report", description="Report on a capture file, on this host or "
+               "another one.")
+    p.add_argument("capture", help="capture file written by memhook -o")
+    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html"),
+                   default="text", help="text (default), json, pprof (gzip profile.proto), "
+                   "collapsed (folded stacks for flame graphs), html (one self-contained file)")
+    p.add_argument("--plots", metavar="DIR", help="also write the report's pictures here")
+    p.add_argument("--plot-format", choices=("png", "svg"), default="png")
+    p.add_argument("-o", "--output", help="write the report here instead of standard output")
+    p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
+    p.add_argument("--min-size", type=size_arg, default=0,
+                   help="only stacks whose average allocation is at least this size")
+    p.add_argument("--max-size", type=size_arg, default=None,
+                   help="only stacks whose average allocation is at most this size")
+    p.add_argument("--module", help="only stacks with a frame in a module whose path contains "
+                   "this")
+    p.add_argument("--function", help="only stacks with a frame whose function matches this "
+                   "regular expression")
+    p.add_argument("--weight", choices=("outstanding", "allocated", "count"),
+                   default="outstanding", help="collapsed format: what a stack weighs")
+    p.add_argument("--diff", metavar="OTHER", help="per-stack change in outstanding bytes from "
+                   "this capture to OTHER")
+    p.add_argument("--min-age", type=positive_float, default=60.0,
+                   help="leak suspects: live blocks at least this many seconds old count as old")
+    p.add_argument("--transient-threshold", type=positive_float, default=1.0,
+                   help="transient allocations: freed within this many milliseconds (default 1)")
+    p.add_argument("--debug-dir", action="append", default=[],
+                   help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
+                   "repeatable; /usr/lib/debug is always searched")
+    p.add_argument("--sysroot", help="look for modules under this directory first")
+    p.add_argument("--symbolizer", choices=("auto", "pyelftools", "llvm-symbolizer", "addr2line",
+                                            "eu-addr2line"), default="auto",
+                   help="file:line and inlined frames: a system symbolizer when installed "
+                   "(auto), or pyelftools (always available, slower on large binaries)")
+    return p
+
+
+def emit(text, path: str | None) -> None:
+    data = text if isinstance(text, bytes) else (text + "\n").encode()
+    if path:
+        with open(path, "wb") as f:
+            f.write(data)
+    elif isinstance(text, bytes) and sys.stdout.isatty():
+        raise UsageError("pprof output is binary: write it with -o FILE")
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+
+
+def run_report(argv: list[str]) -> int:
+    from .. import capture, pprof, report
+    from ..symbolize import Lookup, Symbolizer
+    a = report_parser().parse_args(argv)
+    if a.top is not None and a.top < 1:
+        raise UsageError("--top must be at least 1")
+    try:
+        lookup = Lookup(a.debug_dir, a.sysroot)
+        filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
+                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    cap = capture.read(a.capture)
+    try:
+        symbolizer = Symbolizer(cap.modules, lookup, a.symbolizer)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not cap.complete:
+        print(f"memhook: warning: {a.capture} was cut off; reporting what it holds",
+              file=sys.stderr)
+    if a.diff:
+        if a.format not in ("text", "json"):
+            raise UsageError("--diff reports as text or json")
+        other = capture.read(a.diff)
+        other_symbolizer = Symbolizer(other.modules, lookup, a.symbolizer)
+        everything = report.Filters(a.min_size, a.max_size, a.module, a.function)
+        d = report.diff(report.build(cap, symbolizer, everything),
+                        report.build(other, other_symbolizer, everything), cap, other)
+        if a.top:
+            d["sites"] = d["sites"][:a.top]
+        emit(json.dumps(d, indent=1) if a.format == "json"
+             else report.render_diff_text(d, top=a.top or 10), a.output)
+        return EXIT_OK
+    rep = report.build(cap, symbolizer, filters)
+    if a.plots:
+        from .. import plots
+        for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
+            print(f"memhook: wrote {path}", file=sys.stderr)
+    if a.format == "html":
+        from .. import html
+        out = html.render(cap, rep, symbolizer)
+    elif a.format == "json":
+        out = json.dumps(rep, indent=1)
+    elif a.format == "pprof":
+        out = pprof.profile(cap, rep, symbolizer)
+    elif a.format == "collapsed":
+        out = report.render_collapsed(rep, a.weight)
+    else:
+        out = report.render_text(rep, top=a.top or 10)
+    emit(out, a.output)
+    return EXIT_OK

@@ -1,0 +1,66 @@
+"""The live view: what memhook shows while attached."""
+from __future__ import annotations
+
+import shutil
+import time
+
+
+class LiveView:
+    """What memhook shows while attached: on a terminal a table redrawn in place (top-like),
+    otherwise plain lines, every --interval."""
+
+    HISTORY = 20  # samples kept per stack for its growth rate
+
+    def __init__(self, session, top: int, tty: bool):
+        self.session, self.top, self.tty = session, top, tty
+        self.t0 = time.monotonic()
+        self.history: dict = {}  # stack -> [(t, bytes)]
+        self.last = (self.t0, 0, 0)  # time, allocs, frees
+
+    def lines(self, symbolizer) -> list[str]:
+        import numpy as np
+        from . import analysis, procfs
+        from .report import human_bytes
+        consumer = self.session.consumer
+        now = time.monotonic()
+        t = consumer.totals()
+        out = consumer.sites()["outstanding_bytes"]
+        offsets, frames = consumer.stacks()
+        dt = max(now - self.last[0], 1e-6)
+        alloc_rate = (t["alloc_count"] - self.last[1]) / dt
+        free_rate = (t["free_count"] - self.last[2]) / dt
+        self.last = (now, t["alloc_count"], t["free_count"])
+        mem = procfs.memory(self.session.pid)
+        stamp = time.strftime("%H:%M:%S")
+        head = (f"outstanding {human_bytes(t['outstanding_bytes'])} in {t['outstanding_count']} "
+                f"blocks; {alloc_rate:.0f} allocs/s, {free_rate:.0f} frees/s; "
+                f"{t['dropped_events']} dropped; RSS {human_bytes(mem['rss_bytes'])} "
+                f"(anon {human_bytes(mem['anon_bytes'])})")
+        rows = []
+        for i in np.argsort(-out.astype(np.float64))[:self.top]:
+            if out[i] == 0:
+                break
+            hist = self.history.setdefault(int(i), [])
+            hist.append((now - self.t0, float(out[i])))
+            del hist[:-self.HISTORY]
+            growth = analysis.theil_sen(np.array([h[0] for h in hist]),
+                                        np.array([h[1] for h in hist])) * 60
+            fr = frames[offsets[i]:offsets[i + 1]]
+            where = " <- ".join((symbolizer.frame(int(x)).function or hex(int(x))) for x in fr[:3])
+            rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
+                         f"{human_bytes(abs(growth))}/min", where))
+        if not self.tty:
+            return [f"[{stamp}] {head}"] + [f"  {b:>10}  {g:>14}  {w}" for b, g, w in rows]
+        elapsed = int(now - self.t0)
+        return ([f"memhook  PID {self.session.pid}  attached "
+                 f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "
+                 f"[{stamp}]  Ctrl-C detaches  {self.session.info.command}", head, "",
+                 f"{'OUTSTANDING':>12}  {'GROWTH':>14}  WHERE"]
+                + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows])
+
+    def show(self, symbolizer) -> None:
+        text = "\n".join(self.lines(symbolizer))
+        if self.tty:
+            width = shutil.get_terminal_size().columns
+            text = "\x1b[H\x1b[2J" + "\n".join(line[:width] for line in text.splitlines())
+        print(text, flush=True)
