@@ -1,18 +1,35 @@
 """Command line: `memhook -p PID ...` attaches (commands/attach.py); `memhook report FILE`
-reports on a capture (commands/report.py). Every failure is one line and an exit code."""
+reports on a capture (commands/report.py). Every failure is one line and an exit code.
+
+Only the standard library's os, signal and sys are imported before main() holds a handler for
+Ctrl-C: everything else (numpy takes a tenth of a second) is imported under it, so an early
+Ctrl-C ends in `memhook: interrupted`, never in a traceback."""
 from __future__ import annotations
 
 import os
 import signal
 import sys
 
-from .commands.arguments import EXIT_FAILED, EXIT_USAGE, UsageError
+EXIT_FAILED = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .capture import CaptureError
-    from .procfs import TargetError
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before attach began (memhook's own handler is not installed yet): nothing was
+        # done; die of the signal, as interrupted programs do, so the caller sees it.
+        print("memhook: interrupted", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return EXIT_FAILED
+
+
+def run(argv: list[str]) -> int:
+    from .capture import CaptureError  # with numpy: under main()'s Ctrl-C handler
+    from .commands.arguments import EXIT_USAGE, UsageError
+    from .procfs import TargetError
     try:
         if argv and argv[0] == "report":
             from .commands.report import run_report
@@ -28,13 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         print(f"memhook: its native parts are missing ({e}); install it with `pip install .`",
               file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        # Ctrl-C before attach began (memhook's own handler is not installed yet): nothing was
-        # done; die of the signal, as interrupted programs do, so the caller sees it.
-        print("memhook: interrupted", file=sys.stderr, flush=True)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
         return EXIT_FAILED
     except OSError as e:
         print(f"memhook: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),

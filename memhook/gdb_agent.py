@@ -1,4 +1,5 @@
-# Runs inside GDB's embedded Python (not imported by memhook). memhook prepends PARAMS = {...}.
+# Runs inside GDB's embedded Python (not imported by memhook). memhook prepends PARAMS = {...}:
+# an AttachRequest or a DetachRequest (inject.py) as a dict.
 # GDB stops every thread on attach; slots are written only while they are stopped, so no thread
 # ever reads a half-written pointer. Function calls in the target use raw addresses memhook
 # computed from the ELF files, so GDB needs no symbols at all.
@@ -44,17 +45,17 @@ class Scratch:
 
 
 def record_slot(ctl, P, index, **fields):
-    """The target's copy of what was patched (a PatchedSlot, laid out as P["slot_fields"] says),
+    """The target's copy of what was patched (a PatchedSlot, laid out as P["layout"]["slot_fields"] says),
     so that it can restore itself if memhook dies."""
-    record = bytearray(P["slot_bytes"])
+    record = bytearray(P["layout"]["slot_bytes"])
     for name, value in fields.items():
-        offset, size = P["slot_fields"][name]
+        offset, size = P["layout"]["slot_fields"][name]
         record[offset:offset + size] = int(value).to_bytes(size, "little")
-    INF.write_memory(ctl + P["slots_offset"] + index * P["slot_bytes"], bytes(record))
+    INF.write_memory(ctl + P["layout"]["slots_offset"] + index * P["layout"]["slot_bytes"], bytes(record))
 
 
 def slot_field(at, P, name):
-    offset, size = P["slot_fields"][name]
+    offset, size = P["layout"]["slot_fields"][name]
     return rd(at + offset, size)
 
 
@@ -72,16 +73,16 @@ def patch(P, base, out):
             if cur == hook and real:
                 cur = real  # hooked by an earlier memhook that died: restore to the real one
             if cur == real or any(lo <= cur < hi for lo, hi in plt):
-                if len(patched) >= P["max_slots"]:
+                if len(patched) >= P["layout"]["max_slots"]:
                     skipped.append([addr, cur])
                     continue
                 record_slot(ctl, P, len(patched), addr=addr, original=cur, hook=hook,
-                            hook_id=hook_id, state=P["slot_patched"], readonly=readonly)
+                            hook_id=hook_id, state=P["layout"]["slot_patched"], readonly=readonly)
                 wr(addr, hook)
                 patched.append([addr, cur, hook])
             else:
                 skipped.append([addr, cur])
-        wr(ctl + P["nslots_offset"], len(patched), 4)
+        wr(ctl + P["layout"]["nslots_offset"], len(patched), 4)
     except BaseException:
         for addr, original, _ in patched:  # leave nothing half-done
             wr(addr, original)
@@ -163,7 +164,7 @@ def do_attach(P, out):
             patch(P, base, out)
             out["late"] = call("int(*)(void)", base + sym["memhook_rescan"])
         except BaseException:
-            wr(base + sym["memhook_active"], P["mode_off"], 4)
+            wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
             raise
     finally:
         scratch.close()
@@ -172,16 +173,16 @@ def do_attach(P, out):
 def do_detach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
-    wr(base + sym["memhook_active"], P["mode_off"], 4)  # every hook passes straight through now
+    wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)  # every hook passes straight through now
     slots = [tuple(s) for s in P["slots"]]
     ctl = rd(base + sym["memhook_ctl"])
     if ctl:
-        nlate = min(rd(ctl + P["nlate_offset"], 4), P["max_late"])
+        nlate = min(rd(ctl + P["layout"]["nlate_offset"], 4), P["layout"]["max_late"])
         for i in range(nlate):
-            at = ctl + P["late_offset"] + i * P["slot_bytes"]
+            at = ctl + P["layout"]["late_offset"] + i * P["layout"]["slot_bytes"]
             addr, original, hook, state = (slot_field(at, P, f) for f in
                                            ("addr", "original", "hook", "state"))
-            if state == P["slot_patched"]:  # still patched, object still loaded
+            if state == P["layout"]["slot_patched"]:  # still patched, object still loaded
                 slots.append((addr, original, hook))
     restored, changed = [], []
     for addr, original, hook in slots:

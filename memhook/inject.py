@@ -8,8 +8,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 
+from . import _native
 from .procfs import TargetError
 
 GDB_TIMEOUT_S = 120
@@ -27,6 +29,50 @@ GDB_SETTINGS = [
 ]
 
 
+def control_layout() -> dict:
+    """Where the agent finds the patched slots in the target's control block, and how a
+    PatchedSlot is laid out (hook_cpp/common/segment.h, through the consumer module)."""
+    return {"slots_offset": _native.CONTROL_SLOTS_OFFSET,
+            "nslots_offset": _native.CONTROL_NSLOTS_OFFSET,
+            "late_offset": _native.CONTROL_LATE_OFFSET,
+            "nlate_offset": _native.CONTROL_NLATE_OFFSET, "max_slots": _native.MAX_SLOTS,
+            "max_late": _native.MAX_LATE_SLOTS, "slot_bytes": _native.SLOT_BYTES,
+            "slot_fields": dict(_native.SLOT_FIELDS), "slot_patched": _native.SLOT_PATCHED,
+            "mode_off": _native.MODE_OFF}
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    """Load the hook library (unless loaded), start the session, patch the slots."""
+    pid: int
+    lib_base: int          # an earlier session's hook library in the target, or 0: dlopen it
+    library: str           # the library copy, as the target sees its path ("" if loaded)
+    segment: str           # the shared segment, as the target sees its path
+    symbols: dict          # the hook library's exported symbols: name -> offset
+    slots: list            # per slot: [address, entry offset, real function, PLT ranges,
+                           #            hook id, in a RELRO page]
+    dlopen: int            # dlopen and dlerror in the target, and dlopen's mode
+    dlerror: int
+    dlopen_mode: int
+    malloc: int            # the real malloc: dlopen runs on a thread stopped at its entry
+    entry_wait_s: float    # how long to wait for one
+    libc_text: list        # [lo, hi]: a thread stopped here may hold an allocator lock
+    loader_text: list      # [lo, hi]: likewise, the dynamic loader's
+    layout: dict = field(default_factory=control_layout)
+    action: str = "attach"
+
+
+@dataclass(frozen=True)
+class DetachRequest:
+    """Turn the hooks into pass-throughs and put back every slot that still holds its hook."""
+    pid: int
+    lib_base: int
+    symbols: dict
+    slots: list            # [address, original, hook] as the attach patched them
+    layout: dict = field(default_factory=control_layout)
+    action: str = "detach"
+
+
 def find_gdb() -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
@@ -35,8 +81,9 @@ def find_gdb() -> str:
     return gdb
 
 
-def run_agent(params: dict) -> dict:
-    """Run the agent with `params`; return what it reported. Raises TargetError on failure."""
+def run_agent(request: AttachRequest | DetachRequest) -> dict:
+    """Run the agent on `request`; return what it reported. Raises TargetError on failure."""
+    params = asdict(request)
     gdb = find_gdb()
     body = resources.files("memhook").joinpath("gdb_agent.py").read_text()
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from . import _native, elf, hooks, procfs
-from .inject import run_agent
+from .inject import AttachRequest, DetachRequest, run_agent
 from .procfs import TargetError
-from .segment import LibraryCopy, Segment, remove_stale
+from .target_files import LibraryCopy, Segment, remove_stale
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ATTACH_TRIES = 5
@@ -121,28 +121,21 @@ class Session:
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
         text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
-        params = {
-            "action": "attach", "pid": self.pid, "lib_base": base, "mode_off": _native.MODE_OFF,
-            "library": copy.target_path if copy else "", "segment": self.segment.target_path,
-            "dlopen": layout.dlopen, "dlopen_mode": RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
-            "dlerror": layout.dlerror, "symbols": symbols,
-            "slots": [[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
-                                                                 self.options.size_filter)],
-                       layout.real.get(s.hook_id, 0),
-                       plt[s.module], s.hook_id, s.readonly] for s in layout.slots],
-            "slots_offset": _native.CONTROL_SLOTS_OFFSET, "nslots_offset":
-            _native.CONTROL_NSLOTS_OFFSET, "slot_bytes": _native.SLOT_BYTES,
-            "slot_fields": _native.SLOT_FIELDS, "slot_patched": _native.SLOT_PATCHED,
-            "max_slots": _native.MAX_SLOTS,
-            "malloc": layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
-            "entry_wait_s": ENTRY_WAIT_S,
-            "libc_text": [r for n, r in text.items() if n.startswith("libc.so")],
-            "loader_text": [(o.lo, o.hi) for o in layout.objects
-                            if o.skip == "the dynamic loader"],
-        }
+        request = AttachRequest(
+            pid=self.pid, lib_base=base, library=copy.target_path if copy else "",
+            segment=self.segment.target_path, symbols=symbols,
+            slots=[[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
+                                                       self.options.size_filter)],
+                    layout.real.get(s.hook_id, 0), plt[s.module], s.hook_id, s.readonly]
+                   for s in layout.slots],
+            dlopen=layout.dlopen, dlerror=layout.dlerror,
+            dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
+            malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0), entry_wait_s=ENTRY_WAIT_S,
+            libc_text=[r for n, r in text.items() if n.startswith("libc.so")],
+            loader_text=[(o.lo, o.hi) for o in layout.objects if o.skip == "the dynamic loader"])
         try:
             for attempt in range(ATTACH_TRIES):
-                result = run_agent(params)
+                result = run_agent(request)
                 if not result.get("error", "").startswith("busy:") or attempt + 1 == ATTACH_TRIES:
                     break
                 time.sleep(0.05)  # every thread was mid-allocation: the moment passes
@@ -195,17 +188,11 @@ class Session:
         self.ended_at = time.time()
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
-            params = {
-                "action": "detach", "pid": self.pid, "lib_base": self.lib_base,
-                "mode_off": _native.MODE_OFF,
-                "symbols": elf.exported_offsets(hook_library()),
-                "slots": self.patched, "nlate_offset": _native.CONTROL_NLATE_OFFSET,
-                "late_offset": _native.CONTROL_LATE_OFFSET,
-                "slot_bytes": _native.SLOT_BYTES, "max_late": _native.MAX_LATE_SLOTS,
-                "slot_fields": _native.SLOT_FIELDS, "slot_patched": _native.SLOT_PATCHED,
-            }
+            request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
+                                    symbols=elf.exported_offsets(hook_library()),
+                                    slots=self.patched)
             try:
-                result = run_agent(params)
+                result = run_agent(request)
             except TargetError as e:
                 result = {"error": str(e)}
             self.pause_ms["detach"] = result.get("paused_ms", 0.0)

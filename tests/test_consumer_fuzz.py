@@ -47,7 +47,7 @@ class Segment:
             at = self.ring(i)
             self.m[at + 40:at + 64] = struct.pack("<Q", SENTINEL) * 3
             self.m[at + 72:at + 128] = struct.pack("<Q", SENTINEL) * 7
-        rest = LAYOUT["stack_caches_offset"]
+        rest = LAYOUT["recent_stacks_offset"]
         self.m[rest:] = struct.pack("<Q", SENTINEL) * ((len(self.m) - rest) // 8)
 
     def ring(self, i):

@@ -104,8 +104,8 @@ struct alignas(64) RingHeader {
 
 // Records are sequences of 8-byte words, the first a header:
 //   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
-// kAlloc   hdr(aux=dep) ptr+depth size+slot frames...     (depth of the allocating function)
-// kRealloc hdr(aux=dep of ptr) ptr+depth size+slot old dep_of_old frames...
+// kAlloc   hdr(aux=dep) ptr+depth size+recent frames...     (depth of the allocating function)
+// kRealloc hdr(aux=dep of ptr) ptr+depth size+recent old dep_of_old frames...
 // kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
 // kNop     hdr          (a realloc that failed)
 // kTime    hdr ts       (clock reading; events after it happened no earlier)
@@ -114,12 +114,12 @@ struct alignas(64) RingHeader {
 // ptr+depth: the pointer in the low kPtrBits bits; above them, how far the frame lies below the
 // top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
 // block was freed while the call that allocated it was still active. An allocation that repeats
-// a slot's stack (below) sends no depth bits: it has the depth of the record that filled the slot.
+// a recent stack (below) sends no depth bits: it has the depth of the record that filled the entry.
 //
-// size+slot: the size in the low kSlotShift bits; above them, 1 + the ring's stack slot the
-// frames are kept in (0: none). A kAlloc or kRealloc with frames and a slot fills the slot; one
-// with no frames (a walk always yields the call site) repeats the stack the slot holds: the
-// writer keeps the same stacks (StackCache) and sends a stack only when it differs from the
+// size+recent: the size in the low kRecentShift bits; above them, 1 + the ring's recent stack the
+// frames are kept in (0: none). A kAlloc or kRealloc with frames and such a number fills that entry;
+// one with no frames (a walk always yields the call site) repeats the stack the entry holds: the
+// writer keeps the same stacks (RecentStack) and sends a stack only when it differs from the
 // slot's.
 //
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
@@ -133,9 +133,9 @@ enum EventKind : uint8_t {
 };
 constexpr int kDepShift = 24;  // where the aux field starts in a header
 constexpr int kPtrBits = 47;   // user-space pointers
-constexpr int kSlotShift = 56;
-constexpr uint64_t kSizeMask = (uint64_t(1) << kSlotShift) - 1;
-constexpr uint32_t kStackSlots = 32;  // per ring; a power of two
+constexpr int kRecentShift = 56;
+constexpr uint64_t kSizeMask = (uint64_t(1) << kRecentShift) - 1;
+constexpr uint32_t kRecentStacks = 32;  // per ring; a power of two
 constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
 
 constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
@@ -166,41 +166,41 @@ inline TableIndex table_index(uint64_t p) {
   return {(a ^ uint64_t(uint32_t(tag) * kGolden32)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 
-// The writer's side of a ring's stack slots, written and read by the hooks alone: the frame
-// walk each slot's stack came from, so that an allocation from the same stack is recognised
+// The writer's side of a ring's recent stacks, written and read by the hooks alone: the frame
+// walk each entry's stack came from, so that an allocation from the same stack is recognised
 // without walking. Key: the caller's frame pointer and the return address (ret0 0: an empty
-// slot); the call's stack pointer only helps pick the slot, since nothing recorded depends on
+// slot); the call's stack pointer only helps pick the entry, since nothing recorded depends on
 // it. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the next frame) and f_i[1] (a
 // return address); `pairs` holds those words. The same key and the same 2n words now mean the
 // same walk, and those loads do not depend on one another.
 //
 // A walk of n <= kAlignedPairs pairs is kept in pairs[kAlignedPairs - n, kAlignedPairs), so that
-// the malloc hook finds pair j of any such walk at the same offset from the slot; a longer walk
+// the malloc hook finds pair j of any such walk at the same offset from the entry; a longer walk
 // (a depth above kAlignedPairs) in pairs[0, n).
 constexpr uint32_t kAlignedPairs = 32;
-struct StackCache {
+struct RecentStack {
   uint64_t frame, ret0;
   uint32_t first, n;    // the walk's pairs: pairs[first, first + n)
   uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
-  uint64_t slot_word;   // (1 + the slot) << kSlotShift: an allocation record's size word bits
+  uint64_t size_bits;   // (1 + the entry) << kRecentShift: an allocation record's size word bits
   uint64_t pad[3];      // pairs start a cache line
   struct Pair {
     uint64_t next, ret;
   } pairs[];
 };
-inline size_t stack_cache_stride(uint32_t depth) {
-  return sizeof(StackCache) + 16 * size_t(depth > kAlignedPairs ? depth : kAlignedPairs);
+inline size_t recent_stack_stride(uint32_t depth) {
+  return sizeof(RecentStack) + 16 * size_t(depth > kAlignedPairs ? depth : kAlignedPairs);
 }
 
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
 inline size_t rings_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); }
-// The rings' stack caches, after the rings: kStackSlots entries per ring.
-inline size_t stack_caches_offset(uint32_t nrings, uint32_t ring_bytes) {
+// The rings' stack caches, after the rings: kRecentStacks entries per ring.
+inline size_t recent_stacks_offset(uint32_t nrings, uint32_t ring_bytes) {
   return rings_offset() + size_t(nrings) * ring_stride(ring_bytes);
 }
 inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
-  return stack_caches_offset(nrings, ring_bytes) +
-         size_t(nrings) * kStackSlots * stack_cache_stride(depth);
+  return recent_stacks_offset(nrings, ring_bytes) +
+         size_t(nrings) * kRecentStacks * recent_stack_stride(depth);
 }
 
 }  // namespace memhook

@@ -229,7 +229,7 @@ PYBIND11_MODULE(_native, m) {
         d["rings_offset"] = rings_offset();
         d["ring_stride"] = ring_stride(ring_bytes);
         d["ring_header_bytes"] = sizeof(RingHeader);
-        d["stack_caches_offset"] = stack_caches_offset(nrings, ring_bytes);
+        d["recent_stacks_offset"] = recent_stacks_offset(nrings, ring_bytes);
         d["segment_bytes"] = segment_bytes(nrings, ring_bytes, depth);
         return d;
       },

@@ -81,7 +81,7 @@ class RingReader {
     struct Held {
       uint64_t depth;  // its depth bits (a pointer word's), from the record that filled it
       uint32_t stack;
-    } slots[kStackSlots] = {};  // the stack each of the writer's stack slots holds
+    } recent[kRecentStacks] = {};  // the stack each of the writer's recent stacks holds
   };
 
   // A frame's depth (segment.h) as an address-like number: deeper frames are lower, as on the
@@ -193,9 +193,10 @@ class RingReader {
       uint64_t ts = std::max({rs.ts, prev_drain_ts_, last_ts_});
       last_ts_ = ts;
       const uint64_t ptr = at[1] & kPtrMask;
-      // An allocation's stack slot: one with frames fills it, one without repeats it.
-      const uint32_t slot = kind == kFree ? 0 : uint32_t(at[2] >> kSlotShift);  // 1 + it, or 0
-      RingState::Held* const held = slot && slot <= kStackSlots ? &rs.slots[slot - 1] : nullptr;
+      // An allocation's recent stack: one with frames fills it, one without repeats it.
+      const uint32_t recent = kind == kFree ? 0 : uint32_t(at[2] >> kRecentShift);  // 1 + it, or 0
+      RingState::Held* const held =
+          recent && recent <= kRecentStacks ? &rs.recent[recent - 1] : nullptr;
       if (held && nf) held->depth = at[1] & ~kPtrMask;
       const uint64_t frame = pseudo_frame(held && !nf ? held->depth : at[1]);
       if (kind == kFree) {
@@ -206,7 +207,7 @@ class RingReader {
         if (kind == kRealloc)
           aggregates_.apply({ts, at[3] & kPtrMask, 0, below, 0, 0, rs.tid, op, 1}, ns_per_tick_);
         uint32_t stack;
-        if (nf == 0) {  // the slot's stack (a walk yields at least the call site)
+        if (nf == 0) {  // the recent stack (a walk yields at least the call site)
           stack = held ? held->stack : 0;
         } else {
           stack = stacks_.intern(at + (kind == kAlloc ? 3 : 5), nf);

@@ -27,9 +27,9 @@ static_assert(offsetof(ThreadState, in_hook) == offsetof(ThreadState, generation
               "the thread's (generation, guard) is one aligned 8-byte word");
 static_assert(header(kAlloc, ID_malloc, 0, 0) == (kAlloc | ID_malloc << 8),
               "an allocation header with no frames is kind | op << 8 | dependency << kDepShift");
-static_assert(sizeof(StackCache::Pair) == 16 && offsetof(StackCache, pairs) % 16 == 0,
+static_assert(sizeof(RecentStack::Pair) == 16 && offsetof(RecentStack, pairs) % 16 == 0,
               "a recent stack's pairs are 16 bytes, aligned (movdqa)");
-static_assert((kStackSlots & (kStackSlots - 1)) == 0, "the stack slot hash keeps the top bits");
+static_assert((kRecentStacks & (kRecentStacks - 1)) == 0, "the recent stack hash keeps the top bits");
 static_assert(table_entry(0, kLive, event_name(1, 8)) - table_entry(0, kLive, event_name(1, 0)) ==
                   uint64_t(8) << (kDepShift - 3),
               "a table entry's event number is the cursor shifted by kDepShift - 3");
@@ -48,16 +48,16 @@ int main() {
   define("TS_RING", offsetof(ThreadState, ring), "its RingHeader");
   define("TS_GENERATION", offsetof(ThreadState, generation), "(generation, guard): 8 bytes");
   define("TS_GUARD", offsetof(ThreadState, in_hook), "the recursion guard");
-  define("TS_STACKS", offsetof(ThreadState, stacks), "the ring's recent stacks");
+  define("TS_RECENT", offsetof(ThreadState, recent), "the ring's recent stacks");
   define("TS_ALLOC_UNTIL", offsetof(ThreadState, alloc_until), "room for a 24-byte record");
   define("TS_ENTRY_BIAS", offsetof(ThreadState, entry_bias), "table entry at cursor 0");
-  define("TS_LAST_SLOT", offsetof(ThreadState, last_slot), "the latest allocation's slot");
+  define("TS_LAST_RECENT", offsetof(ThreadState, last_recent), "the latest allocation's recent stack");
   define("RING_WRITE", offsetof(RingHeader, write), "RingHeader: published cursor");
-  define("RS_FRAME", offsetof(StackCache, frame), "recent stack: the caller's frame");
-  define("RS_RET0", offsetof(StackCache, ret0), "the call site");
-  define("RS_COMPARE", offsetof(StackCache, compare), "where its comparison starts");
-  define("RS_SLOT_WORD", offsetof(StackCache, slot_word), "its size-word bits");
-  define("RS_PAIRS", offsetof(StackCache, pairs), "its pairs");
+  define("RS_FRAME", offsetof(RecentStack, frame), "recent stack: the caller's frame");
+  define("RS_RET0", offsetof(RecentStack, ret0), "the call site");
+  define("RS_COMPARE", offsetof(RecentStack, compare), "where its comparison starts");
+  define("RS_SIZE_BITS", offsetof(RecentStack, size_bits), "its size-word bits");
+  define("RS_PAIRS", offsetof(RecentStack, pairs), "its pairs");
   define("ALIGNED_PAIRS", kAlignedPairs, "comparison steps");
   define("REAL_MALLOC", ID_malloc * sizeof(void*), "malloc in memhook_g_real");
   define_hex("MALLOC_HEADER", header(kAlloc, ID_malloc, 0, 0), "kAlloc, malloc, no frames");
@@ -69,6 +69,6 @@ int main() {
   define_hex("TABLE_INDEX_MASK", (1u << kTableBits) - 1, "table_index()");
   define("ENTRY_CURSOR_SHIFT", kDepShift - 3, "a table entry's event: cursor << this");
   define_hex("GOLDEN32", kGolden32, "the hashes' multiplier");
-  define("STACK_SLOT_SHIFT", 32 - __builtin_ctz(kStackSlots), "stack_slot(): the top bits");
+  define("RECENT_STACK_SHIFT", 32 - __builtin_ctz(kRecentStacks), "recent_stack_for(): the top bits");
   return 0;
 }

@@ -10,9 +10,9 @@ namespace {
 // and its top: code built without frame pointers ends the walk (or adds a bogus address), never
 // faults. A hook off the thread's stack (a signal stack) yields the call site alone. Returns the
 // frames written to `out`; *caller: the allocating function's frame base, or 0. A walk that
-// could be made is kept in slot `c`.
+// could be made is kept in `c`.
 inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
-                          uint64_t* caller, StackCache* c) {
+                          uint64_t* caller, RecentStack* c) {
   uint64_t* o = out;
   uint64_t* const end = out + g_depth;
   *o++ = ret0;
@@ -22,7 +22,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   if ((uintptr_t)from.ret - lo < hi - lo && (uintptr_t)f > (uintptr_t)from.ret &&
       (uintptr_t)f <= top) {
     *caller = (uint64_t)f;
-    StackCache::Pair* pr = c->pairs;
+    RecentStack::Pair* pr = c->pairs;
     while (o < end) {
       const uint64_t next = (uint64_t)f[0], ret = (uint64_t)f[1];
       *o++ = ret;
@@ -32,7 +32,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
     }
     const uint32_t n = uint32_t(pr - c->pairs);
     c->first = n <= kAlignedPairs ? kAlignedPairs - n : 0;
-    if (c->first) memmove(c->pairs + c->first, c->pairs, n * sizeof(StackCache::Pair));
+    if (c->first) memmove(c->pairs + c->first, c->pairs, n * sizeof(RecentStack::Pair));
     c->n = n;
     c->frame = (uint64_t)from.frame;
     c->ret0 = ret0;

@@ -122,8 +122,8 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   // previous session's entries are gone.
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
   g_rings = (uint8_t*)m + rings_offset();
-  g_stack_caches = (uint8_t*)m + stack_caches_offset(c->nrings, c->ring_bytes);
-  g_stack_stride = (uint32_t)stack_cache_stride(c->depth);
+  g_recent_stacks = (uint8_t*)m + recent_stacks_offset(c->nrings, c->ring_bytes);
+  g_recent_stride = (uint32_t)recent_stack_stride(c->depth);
   const bool use_avx512 = avx512 && !c->no_avx512;
   g_compare_first = use_avx512 ? memhook_compare_avx512 : memhook_compare_sse;
   g_compare_last = use_avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;

@@ -1,13 +1,13 @@
 // memhook_hook_malloc, by hand: the entry a full-tracing session points malloc's slots at.
 //
 // memhook_hook_malloc: full tracing's common case by hand. It has no frame of its own (its caller's
-// frame pointer is still in %rbp, its return address at (%rsp)), and its record, when a stack
-// slot holds the stack and the ring has room, keeps every value in the scratch registers a leaf
+// frame pointer is still in %rbp, its return address at (%rsp)), and its record, when a recent
+// stack matches and the ring has room, keeps every value in the scratch registers a leaf
 // may use freely (compiled, the record saved five more and spent a third more instructions).
 // It calls the real malloc first and decides after it, in one compare of the session word with
 // the thread's: a nested call (the guard set: operator new's malloc, or a signal handler's during
 // a record) returns unrecorded, as fast_malloc would; anything else (no ring yet, no room, a
-// slot that does not hold the stack, or memhook no longer tracing every call) goes to
+// recent stack that does not match, or memhook no longer tracing every call) goes to
 // memhook_record_malloc, which decides again.
 //
 // Its dependency is the table entry's as found, without asking whose it is: when another
@@ -19,16 +19,16 @@
 // (asm_offsets.cpp, which also checks what the code below assumes of them).
 #include "asm_offsets.h"
 
-  // The record once the slot's stack compared equal (%xmm1 zero). In: %rax = p (returned as
-  // is), %rsi = size, %rdx = the table tag, %r9 = the slot, %r10 = w, %r11 = the state.
+  // The record once the recent stack compared equal (%xmm1 zero). In: %rax = p (returned as
+  // is), %rsi = size, %rdx = the table tag, %r9 = the recent stack, %r10 = w, %r11 = the state.
   .macro memhook_malloc_record
   ptest %xmm1, %xmm1            // SSE4.1 (memhook_start checks)
   jnz memhook_compare_miss
   // header(kAlloc, malloc, 0 frames, dependency), pointer word, size word.
   movq %fs:TS_LAP_BASE(%r11), %r8        // where it goes: %r8 + w
-  movq %rax, 8(%r8,%r10)        // p: its depth bits are the slot's (segment.h)
-  orq RS_SLOT_WORD(%r9), %rsi
-  movq %rsi, 16(%r8,%r10)       // size | (slot + 1) << 56 (a returned block's size is below 2^56)
+  movq %rax, 8(%r8,%r10)        // p: its depth bits are the recent stack's (segment.h)
+  orq RS_SIZE_BITS(%r9), %rsi
+  movq %rsi, 16(%r8,%r10)       // size | (entry + 1) << 56 (a returned block's size is below 2^56)
   // The entry, then table_index(): this event becomes p's latest, the old one its dependency.
   movq %r10, %r9
   shlq $ENTRY_CURSOR_SHIFT, %r9
@@ -79,7 +79,7 @@ memhook_hook_malloc:
   cmpq $TABLE_TAG_LIMIT, %rdx
   jae memhook_compare_miss
   movq (%rsp), %r8              // ret0
-  movq %fs:TS_LAST_SLOT(%r11), %r9        // the slot of this thread's latest allocation first
+  movq %fs:TS_LAST_RECENT(%r11), %r9        // the recent stack of this thread's latest allocation first
   cmpq %rbp, RS_FRAME(%r9)
   jne 5f
   cmpq %r8, RS_RET0(%r9)
@@ -133,14 +133,14 @@ memhook_hook_malloc:
   movq %rsp, %r9
   xorq %r8, %r9
   imull $GOLDEN32, %r9d, %r9d
-  shrl $STACK_SLOT_SHIFT, %r9d                // the stack slot (stack_slot())
-  imull memhook_g_stack_stride(%rip), %r9d
-  addq %fs:TS_STACKS(%r11), %r9        // its StackCache
+  shrl $RECENT_STACK_SHIFT, %r9d                // the recent stack (recent_stack_for())
+  imull memhook_recent_stride(%rip), %r9d
+  addq %fs:TS_RECENT(%r11), %r9        // its RecentStack
   cmpq %rbp, RS_FRAME(%r9)
   jne memhook_compare_miss
   cmpq %r8, RS_RET0(%r9)
   jne memhook_compare_miss
-  movq %r9, %fs:TS_LAST_SLOT(%r11)        // last_slot
+  movq %r9, %fs:TS_LAST_RECENT(%r11)        // last_recent
   jmp 4b
 memhook_compare_miss:
   movq %rax, %rdi

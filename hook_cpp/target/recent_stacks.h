@@ -1,16 +1,16 @@
-// Recent stacks: each ring keeps kStackSlots stacks on the writer's side (StackCache,
+// Recent stacks: each ring keeps kRecentStacks stacks on the writer's side (RecentStack,
 // segment.h), so that an allocation from a stack seen before is recognised by comparing the
 // words its walk read, without walking again.
 #pragma once
 
 namespace {
 
-// Stack slot `slot` of this thread's ring (StackCache, segment.h).
-inline StackCache* stack_cache_at(ThreadState& t, uint32_t slot) {
-  return (StackCache*)(t.stacks + slot * g_stack_stride);
+// Recent stack `i` of this thread's ring (RecentStack, segment.h).
+inline RecentStack* recent_stack_at(ThreadState& t, uint32_t i) {
+  return (RecentStack*)(t.recent + i * g_recent_stride);
 }
 
-// Where a hook was called from: the stack slot holding its return address (the allocation's
+// Where a hook was called from: the recent stack holding its return address (the allocation's
 // call site) and the caller's frame pointer. A compiled hook finds both in its own frame; the
 // assembly entry (memhook_hook_malloc) has none and passes them as it found them.
 struct Origin {
@@ -19,20 +19,20 @@ struct Origin {
 };
 inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
 
-// The slot a call from `from` uses: its return address and stack pointer pick it, so that a
-// wrapper (one call site, many stacks) called from different depths uses different slots.
-inline StackCache* stack_slot(ThreadState& t, uint64_t ret0, Origin from, uint32_t* slot) {
-  constexpr int bits = __builtin_ctz(kStackSlots);
-  *slot = uint32_t(uint32_t(ret0 ^ (uint64_t)from.ret) * kGolden32) >> (32 - bits);
-  return stack_cache_at(t, *slot);
+// The recent stack a call from `from` uses: its return address and stack pointer pick it, so that a
+// wrapper (one call site, many stacks) called from different depths uses different entries.
+inline RecentStack* recent_stack_for(ThreadState& t, uint64_t ret0, Origin from, uint32_t* i) {
+  constexpr int bits = __builtin_ctz(kRecentStacks);
+  *i = uint32_t(uint32_t(ret0 ^ (uint64_t)from.ret) * kGolden32) >> (32 - bits);
+  return recent_stack_at(t, *i);
 }
 
 // Would backtrace() from `from` yield the stack `c` holds? The same key, then the 2n words that
-// walk read, compared 16 bytes at a time at the addresses the slot recorded: no load waits for
+// walk read, compared 16 bytes at a time at the addresses the entry recorded: no load waits for
 // another, where the walk follows a chain. Every address read lies between the caller's frame
-// and the top of this thread's stack (the walk that filled the slot checked them, on this
-// thread: claim_ring empties the slots), so nothing read can fault.
-inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
+// and the top of this thread's stack (the walk that filled the entry checked them, on this
+// thread: claim_ring empties them), so nothing read can fault.
+inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
   if (c->frame != (uint64_t)from.frame || c->ret0 != ret0)
     return false;
   __m128i diff = _mm_setzero_si128();
@@ -45,8 +45,8 @@ inline bool same_stack(const StackCache* c, Origin from, uint64_t ret0) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
 }
 
-// memhook_hook_malloc compares a slot's pairs in an unrolled sequence of kAlignedPairs steps,
-// step j comparing pairs[j] (StackCache): a slot of n pairs enters it at step kAlignedPairs - n
+// memhook_hook_malloc compares a recent stack's pairs in an unrolled sequence of kAlignedPairs steps,
+// step j comparing pairs[j] (RecentStack): one of n pairs enters it at step kAlignedPairs - n
 // (n above: the miss). Two such sequences: with AVX-512 (vpternlogq) or SSE4.1.
 // Every step but the last, which follows no pointer, has the same size.
 extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],

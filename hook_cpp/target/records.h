@@ -12,7 +12,7 @@ inline uint64_t with_depth(ThreadState& t, uint64_t ptr, uint64_t frame) {
   return (ptr & kPtrMask) | (depth < (uint64_t(1) << (64 - kPtrBits)) ? depth << kPtrBits : 0);
 }
 
-// An allocation record's pointer word, size word and frames (none when a slot holds the stack).
+// An allocation record's pointer word, size word and frames (none when a recent stack matches).
 struct StackWords {
   uint64_t ptr, size;
   uint32_t nframes;
@@ -21,17 +21,17 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
                                                              uint64_t p, uint64_t size,
                                                              uint64_t* frames) {
   const uint64_t ret0 = (uint64_t)*from.ret;
-  uint32_t slot;
-  StackCache* c = stack_slot(t, ret0, from, &slot);
-  t.last_slot = c;  // the slot of a stack just seen or just walked
+  uint32_t i;
+  RecentStack* c = recent_stack_for(t, ret0, from, &i);
+  t.last_recent = c;  // a stack just seen or just walked
   size &= kSizeMask;
-  if (same_stack(c, from, ret0))  // the slot's stack again: no frames
-    return {p & kPtrMask, size | c->slot_word, 0};  // its depth is the slot's (segment.h)
+  if (same_stack(c, from, ret0))  // the recent stack again: no frames
+    return {p & kPtrMask, size | c->size_bits, 0};  // its depth is the recent stack's (segment.h)
   uint64_t caller;
   const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
   if (!caller) return {with_depth(t, p, 0), size, n};
-  c->slot_word = uint64_t(slot + 1) << kSlotShift;
-  return {with_depth(t, p, caller), size | c->slot_word, n};
+  c->size_bits = uint64_t(i + 1) << kRecentShift;
+  return {with_depth(t, p, caller), size | c->size_bits, n};
 }
 
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.
@@ -51,7 +51,7 @@ __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p
   uint64_t w;
   if (!event_ring(t)) return;
   if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
+  publish(t, w + 8 * write_alloc(t, record_at(t, w), w, op, p, size, from));
 }
 
 // An allocation that returned `p`, recorded after the real call (the guard set).
@@ -59,7 +59,7 @@ __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, 
                                                         uint64_t size, Origin from) {
   const uint64_t w = t.write;
   if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, from);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, op, p, size, from));
+  publish(t, w + 8 * write_alloc(t, record_at(t, w), w, op, p, size, from));
 }
 
 __attribute__((noinline)) void* record_alloc_slow_leave(ThreadState& t, int op, void* p,
@@ -80,7 +80,7 @@ __attribute__((always_inline)) inline void* record_alloc_leaf(void* p, uint64_t 
   enter(t);
   const uint64_t w = t.write;
   if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, from);
-  publish(t, w + 8 * write_alloc(t, slot_at(t, w), w, Op, p, size, from));
+  publish(t, w + 8 * write_alloc(t, record_at(t, w), w, Op, p, size, from));
   leave(t);
   return p;
 }
@@ -101,7 +101,7 @@ __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p,
   uint64_t w;
   if (!event_ring(t, true)) return;
   if (!reserve(t, 16, &w, true)) return drop_free(t.ring);
-  write_free(t, slot_at(t, w), w, op, p, fp);
+  write_free(t, record_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
 
@@ -111,7 +111,7 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
                                                        void** fp) {
   const uint64_t w = t.write;
   if (!fast_room(t, w, 16, true)) return record_free_slow(t, op, p, fp);
-  write_free(t, slot_at(t, w), w, op, p, fp);
+  write_free(t, record_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
 
@@ -137,7 +137,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
     drop(r);
     track_new = false;
   }
-  uint64_t* at = slot_at(t, w);
+  uint64_t* at = record_at(t, w);
   uint64_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0, w) : 0;
   void* p = call(old, a1, a2);
   // Failure leaves `old` untouched (still live); a zero size frees it, as glibc does.

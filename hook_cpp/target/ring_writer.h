@@ -90,7 +90,7 @@ inline bool reserve(ThreadState& t, size_t bytes, uint64_t* w, bool is_free = fa
 }
 
 // Valid for a cursor reserve() returned.
-inline uint64_t* slot_at(ThreadState& t, uint64_t w) { return (uint64_t*)(t.lap_base + w); }
+inline uint64_t* record_at(ThreadState& t, uint64_t w) { return (uint64_t*)(t.lap_base + w); }
 
 inline void publish(ThreadState& t, uint64_t end) {
   t.write = end;
@@ -101,7 +101,7 @@ inline void publish(ThreadState& t, uint64_t end) {
 void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
   uint64_t w;
   if (!reserve(t, 8 * words, &w)) return;
-  uint64_t* at = slot_at(t, w);
+  uint64_t* at = record_at(t, w);
   at[0] = head;
   if (words > 1) at[1] = value;
   publish(t, w + 8 * words);
@@ -139,11 +139,11 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
     t.ring = got;
     t.data = (uint8_t*)(got + 1);
-    // The slots' stacks were another thread's (or none): forget them. The consumer learns a
-    // slot's stack from the record that fills it, in this ring's order.
-    t.stacks = g_stack_caches + size_t(no - 1) * kStackSlots * g_stack_stride;
-    for (uint32_t s = 0; s < kStackSlots; s++) stack_cache_at(t, s)->ret0 = 0;  // no call site
-    t.last_slot = stack_cache_at(t, 0);
+    // The recent stacks were another thread's (or none): forget them. The consumer learns an
+    // entry's stack from the record that fills it, in this ring's order.
+    t.recent = g_recent_stacks + size_t(no - 1) * kRecentStacks * g_recent_stride;
+    for (uint32_t s = 0; s < kRecentStacks; s++) recent_stack_at(t, s)->ret0 = 0;  // no call site
+    t.last_recent = recent_stack_at(t, 0);
     t.write = got->write;
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path

@@ -7,7 +7,7 @@ namespace {
 // Session state, written by memhook_start while the target is stopped under GDB.
 Control* g_ctl;
 uint8_t* g_rings;
-uint8_t* g_stack_caches;  // kStackSlots StackCache entries per ring (segment.h)
+uint8_t* g_recent_stacks;  // kRecentStacks RecentStack entries per ring (segment.h)
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
@@ -29,7 +29,7 @@ struct alignas(8) Session {
 }  // namespace memhook
 
 // Global (hidden), as the others malloc_entry.S reads.
-uint32_t g_stack_stride asm("memhook_g_stack_stride");  // bytes per StackCache entry
+uint32_t g_recent_stride asm("memhook_recent_stride");  // bytes per RecentStack entry
 Session g_session asm("memhook_session") = {0, kOff};
 
 asm(R"(

@@ -15,11 +15,11 @@ struct ThreadState {
   uintptr_t stack_lo, stack_hi;
   uint32_t generation;   // g_session.generation when `ring` was claimed
   uint32_t in_hook;  // recursion guard: the malloc inside operator new is not a second event
-  uint8_t* stacks;   // the ring's stack caches
+  uint8_t* recent;   // the ring's stack caches
   uint64_t free_until;  // fast_until for frees, which may also use the ring's free headroom
   uint64_t alloc_until;  // memhook_hook_malloc's bound: a 24-byte record fits at w < alloc_until
   uint64_t entry_bias;   // + (w << 21): the table entry of a live block allocated at w (this lap)
-  StackCache* last_slot;  // the slot of its latest allocation: the malloc hook looks there first
+  RecentStack* last_recent;  // the recent stack of its latest allocation: the malloc hook looks there first
   // Slow paths only.
   uint8_t* data;         // the ring's data area
   uint64_t cached_read;  // last seen consumer cursor: refreshed only on reserve's slow path
