@@ -36,15 +36,15 @@ def test_target_of_another_user(tmp_path, nobody_target):
 def test_symlinked_shm_dir_is_not_followed(tmp_path, nobody_target, monkeypatch):
     """A directory on the way to the segment that is a symlink (as a container's user could
     plant in its own root) makes memhook refuse instead of creating files elsewhere."""
-    from memhook import segment
+    from memhook import target_files
     from memhook.procfs import TargetError, process_info
     decoy = tmp_path / "decoy"
     decoy.mkdir()
     (tmp_path / "shm-link").symlink_to(decoy)
-    monkeypatch.setattr(segment, "SEGMENT_DIR", str(tmp_path / "shm-link").lstrip("/"))
+    monkeypatch.setattr(target_files, "SEGMENT_DIR", str(tmp_path / "shm-link").lstrip("/"))
     info = process_info(nobody_target.pid)
     with pytest.raises(TargetError):
-        segment.Segment(info, nrings=1, ring_bytes=4096, depth=4, clock=0, min_size=0,
+        target_files.Segment(info, nrings=1, ring_bytes=4096, depth=4, clock=0, min_size=0,
                         max_size=1, real={}, known=[])
     assert list(decoy.iterdir()) == []
     assert stat.S_ISLNK(os.lstat(tmp_path / "shm-link").st_mode)
