@@ -405,4 +405,4 @@ def _ints(d: dict) -> dict:
 
 
 def module_table(modules) -> list:
-    return [asdict(m) for m in modules]
+    return [{k: v for k, v in asdict(m).items() if k != "file"} for m in modules]

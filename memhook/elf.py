@@ -304,6 +304,7 @@ class Module:
     hi: int
     size: int = 0    # of the mapped file
     mtime: int = 0
+    file: str = field(default="", compare=False)  # where memhook reads it (not kept in captures)
 
 
 def modules(pid: int, known: dict | None = None) -> dict:
@@ -337,5 +338,5 @@ def modules(pid: int, known: dict | None = None) -> dict:
                 bias = run[0].start - (loads[0].p_vaddr & ~(PAGE - 1))
                 st = os.fstat(f.fileno())
                 known[key] = Module(path, build_id(elf), bias, run[0].start, run[-1].end,
-                                    st.st_size, int(st.st_mtime))
+                                    st.st_size, int(st.st_mtime), _map_files_path(pid, run[0]))
     return known

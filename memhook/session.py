@@ -11,6 +11,7 @@ from . import _native, elf, hooks, procfs
 from .inject import AttachRequest, DetachRequest, run_agent
 from .procfs import TargetError
 from .target_files import LibraryCopy, Segment, remove_stale
+from .unwind_tables import UnwindTables
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ATTACH_TRIES = 5
@@ -80,6 +81,8 @@ class Session:
     lib_base: int = 0
     detach_error: str = ""  # the slots could not be restored: the hooks stay, as pass-throughs
     segment: Segment | None = None
+    unwind: UnwindTables = field(default_factory=UnwindTables)
+    loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
 
     @property
     def consumer(self):
@@ -109,6 +112,9 @@ class Session:
             base = 0  # an older memhook's library: leave it inert, load ours
         self.skipped_objects = [(o.path, o.skip) for o in layout.objects
                                 if o.skip and o.skip != "memhook's own library"]
+        # Unwind rows for every mapped object, while the target runs (cached by build-id).
+        self.modules = elf.modules(self.pid)
+        self.unwind.add(self.modules)
         self.segment = Segment(self.info, nrings=self.options.rings,
                                ring_bytes=self.options.ring_bytes, depth=self.options.depth,
                                clock=_native.CLOCK_TSC if tsc_usable() else _native.CLOCK_MONOTONIC,
@@ -117,7 +123,9 @@ class Session:
                                sample_rate=self.options.sample_rate,
                                abandon_after_s=self.options.abandon_after_s,
                                # tests run the SSE4.1 comparison on CPUs with AVX-512 too
-                               no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1")
+                               no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1",
+                               unwind_bytes=self.unwind.area_bytes())
+        self.unwind.publish(self.consumer, self.modules)
         copy = None if base else LibraryCopy(self.info, library)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
         text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
@@ -152,8 +160,24 @@ class Session:
         self.skipped = [(by_addr[addr], value) for addr, value in result["skipped"]]
         self.started_at = time.time()
         self.consumer.start()
-        self.modules = elf.modules(self.pid)
+        self.poll_loads(force=True)
         return result
+
+    def poll_loads(self, force: bool = False) -> bool:
+        """Libraries the target loaded or unloaded since the last call: their unwind rows built
+        and the hooks' index published again. Cheap when nothing changed (one shared word)."""
+        loads = self.consumer.loads()
+        if loads == self.loads_seen and not force:
+            return False
+        self.loads_seen = loads
+        try:
+            self.modules = elf.modules(self.pid, self.modules)
+            mapped = {(m.start, m.path) for m in procfs.read_maps(self.pid) if m.offset == 0}
+        except OSError:
+            return False
+        self.unwind.add(self.modules)
+        self.unwind.publish(self.consumer, {k: m for k, m in self.modules.items() if k in mapped})
+        return True
 
     def _refuse_if_attached(self, layout) -> None:
         """A live memhook session (the hook library armed, its heartbeat fresh) owns the target;
@@ -220,5 +244,8 @@ class Session:
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),
             "slots_restored": self.restored, "pause_ms": self.pause_ms,
             "skipped_objects": self.skipped_objects,
+            "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
+                       "cached": self.unwind.cached,
+                       "without_rows": self.unwind.without_rows(self.modules)},
         }
 

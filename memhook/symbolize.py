@@ -24,12 +24,18 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
 
+from . import _native
 from .elf import build_id
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
 _BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
               AssertionError, TypeError)  # pyelftools raises all of these on odd files
+
+
+# A walk cut short ends with one of these (segment.h): the reason is the frame's name.
+CUT_MARKERS = {_native.FRAME_NO_UNWIND_INFO: "[no unwind info]",
+               _native.FRAME_UNWIND_STOPPED: "[unwind stopped]"}
 
 
 @dataclass(frozen=True)
@@ -520,7 +526,9 @@ class Symbolizer:
         if address in self._cache:
             return self._cache[address]
         module = self._module_of(address)
-        if module is None:
+        if address in CUT_MARKERS:
+            out = [Frame(address, None, None, CUT_MARKERS[address], None, None)]
+        elif module is None:
             out = [Frame(address, None, None, None, None, None)]
         else:
             vaddr = address - module["bias"]

@@ -11,6 +11,9 @@ command -v gdb >/dev/null || missing+=(gdb)
 command -v g++ >/dev/null || missing+=(g++)
 command -v cmake >/dev/null || missing+=(cmake)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# elfutils' libdw: memhook reads the targets' call-frame information with it.
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)

@@ -19,7 +19,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 8;
+constexpr uint32_t kVersion = 9;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -66,6 +66,7 @@ struct alignas(64) Control {
   uint32_t nknown;
   uint32_t no_avx512;  // 1: the malloc hook compares stacks with SSE4.1 even where AVX-512 runs
   uint64_t known_bases[kMaxKnownObjects];  // objects memhook handled (or skips) at attach
+  uint64_t unwind_bytes;  // the unwind area's size (unwind_offset(); unwind_rows.h)
 
   // Futex word: a writer whose ring passes half full bumps it and wakes the consumer.
   alignas(64) uint32_t wake;
@@ -83,6 +84,8 @@ struct alignas(64) Control {
   alignas(64) uint64_t lib_base;  // load bias of the hook library
   uint32_t started;
   uint32_t nlate;  // `late` entries in use
+  uint32_t loads;  // libraries the target loaded since attach: memhook builds their unwind rows
+  uint32_t pad2;
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
   uint64_t dropped_frees_no_ring;        // of which frees
   alignas(64) PatchedSlot late[kMaxLateSlots];
@@ -122,6 +125,10 @@ struct alignas(64) RingHeader {
 // writer keeps the same stacks (RecentStack) and sends a stack only when it differs from the
 // slot's.
 //
+// frames: return addresses, the call site first. A walk cut short ends with a marker no return
+// address can be: kFrameNoUnwindInfo (code without unwind rows, where a frame-pointer step
+// failed too, or CFI no row can express) or kFrameUnwindStopped (a row that led off the stack).
+//
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
 // of that ring is past its start.
@@ -136,6 +143,7 @@ constexpr int kPtrBits = 47;   // user-space pointers
 constexpr int kRecentShift = 56;
 constexpr uint64_t kSizeMask = (uint64_t(1) << kRecentShift) - 1;
 constexpr uint32_t kRecentStacks = 32;  // per ring; a power of two
+constexpr uint64_t kFrameNoUnwindInfo = 1, kFrameUnwindStopped = 2;
 constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
 
 constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
@@ -166,30 +174,39 @@ inline TableIndex table_index(uint64_t p) {
   return {(a ^ uint64_t(uint32_t(tag) * kGolden32)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 
-// The writer's side of a ring's recent stacks, written and read by the hooks alone: the frame
-// walk each entry's stack came from, so that an allocation from the same stack is recognised
-// without walking. Key: the caller's frame pointer and the return address (ret0 0: an empty
-// slot); the call's stack pointer only helps pick the entry, since nothing recorded depends on
-// it. The walk visited frames f_1 = frame .. f_n and read f_i[0] (the next frame) and f_i[1] (a
-// return address); `pairs` holds those words. The same key and the same 2n words now mean the
-// same walk, and those loads do not depend on one another.
+// The writer's side of a ring's recent stacks, written and read by the hooks alone: the words
+// each entry's walk read, so that an allocation from the same stack is recognised without
+// walking. Key: the caller's rbp, the return address (ret0 0: an empty entry) and the stack
+// pointer at the call (where the return address is): the walk's registers. A walk is a function
+// of those and of the words it reads, whichever row read them (target/unwinder.h): the same key
+// and the same words now mean the same walk, and those loads do not depend on one another.
 //
-// A walk of n <= kAlignedPairs pairs is kept in pairs[kAlignedPairs - n, kAlignedPairs), so that
-// the malloc hook finds pair j of any such walk at the same offset from the entry; a longer walk
-// (a depth above kAlignedPairs) in pairs[0, n).
+// `words` holds every word read, in order, for same_stack(). The malloc hook compares them in
+// two unrolled sequences (malloc_entry.S) at fixed offsets from the entry: first the walk's
+// leading frame-pointer frames as pairs (the frame's saved rbp, which is the next frame, and its
+// return address: 16 bytes at the frame), n of them in pairs[kAlignedPairs - n, kAlignedPairs);
+// then each remaining word by its address, m in steps[kAlignedSteps - m, kAlignedSteps).
 constexpr uint32_t kAlignedPairs = 32;
+constexpr uint32_t kAlignedSteps = 32;
+constexpr uint32_t kWordsPerFrame = 3;  // a signal frame reads three (rbp, rsp, rip)
 struct RecentStack {
-  uint64_t frame, ret0;
-  uint32_t first, n;    // the walk's pairs: pairs[first, first + n)
-  uint64_t compare;     // where the malloc hook's unrolled comparison of n pairs starts
-  uint64_t size_bits;   // (1 + the entry) << kRecentShift: an allocation record's size word bits
-  uint64_t pad[3];      // pairs start a cache line
+  uint64_t frame, ret0, sp;
+  uint64_t compare;        // where the malloc hook's comparison starts
+  uint64_t steps_compare;  // where its word steps start, after the pairs
+  uint64_t size_bits;      // (1 + the entry) << kRecentShift: an allocation record's size word bits
+  uint32_t nwords;         // words[0, nwords)
+  uint32_t pad0;
+  uint64_t pad[1];         // pairs start a cache line
   struct Pair {
     uint64_t next, ret;
-  } pairs[];
+  } pairs[kAlignedPairs];
+  struct Word {
+    uint64_t addr, value;
+  } steps[kAlignedSteps];
+  Word words[];  // kWordsPerFrame * depth
 };
 inline size_t recent_stack_stride(uint32_t depth) {
-  return sizeof(RecentStack) + 16 * size_t(depth > kAlignedPairs ? depth : kAlignedPairs);
+  return sizeof(RecentStack) + sizeof(RecentStack::Word) * kWordsPerFrame * size_t(depth);
 }
 
 inline size_t ring_stride(uint32_t ring_bytes) { return sizeof(RingHeader) + ring_bytes; }
@@ -201,6 +218,10 @@ inline size_t recent_stacks_offset(uint32_t nrings, uint32_t ring_bytes) {
 inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
   return recent_stacks_offset(nrings, ring_bytes) +
          size_t(nrings) * kRecentStacks * recent_stack_stride(depth);
+}
+// The unwind area (unwind_rows.h), after the recent stacks, Control::unwind_bytes long.
+inline size_t unwind_offset(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
+  return (segment_bytes(nrings, ring_bytes, depth) + 4095) & ~size_t(4095);
 }
 
 }  // namespace memhook

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "area_writer.h"
+#include "cfi_rows.h"
 #include "consumer.h"
 #include "routing.h"
 #include "segment.h"
@@ -196,6 +198,35 @@ std::vector<py::tuple> late_slots(const Consumer& c) {
   return out;
 }
 
+// An object file's unwind rows (unwind/cfi_rows.h) as the bytes of Row records, and what was
+// found.
+py::tuple rows_of_file(const std::string& path) {
+  CfiRows r;
+  {
+    py::gil_scoped_release unlocked;
+    r = cfi_rows(path);
+  }
+  py::dict info;
+  info["source"] = r.source;
+  info["problem"] = r.problem;
+  info["fdes"] = r.fdes;
+  info["stop_rows"] = r.stop_rows;
+  return py::make_tuple(py::bytes((const char*)r.rows.data(), r.rows.size() * sizeof(Row)), info);
+}
+
+uint32_t add_rows(Consumer& c, const py::bytes& rows) {
+  const std::string_view v = rows;
+  if (v.size() % sizeof(Row)) throw std::invalid_argument("rows must be whole Row records");
+  return unwind_add_rows(c.unwind_area(), (const Row*)v.data(), v.size() / sizeof(Row));
+}
+
+void publish(Consumer& c, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t,
+                                                        uint32_t>>& objects) {
+  std::vector<UnwindObject> index;
+  for (auto& [lo, hi, bias, first, nrows] : objects) index.push_back({lo, hi, bias, first, nrows});
+  unwind_publish(c.unwind_area(), std::move(index));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -220,7 +251,20 @@ PYBIND11_MODULE(_native, m) {
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
         py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
         py::arg("abandon_after_s"), py::arg("sample_rate") = 0,
-        py::arg("no_avx512") = false);
+        py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0);
+  m.def("cfi_rows", &rows_of_file, py::arg("path"),
+        "An object file's call-frame information as unwind rows (bytes of Row records), and a "
+        "dict saying where they came from.");
+  m.attr("ROW_BYTES") = sizeof(Row);
+  m.attr("FRAME_NO_UNWIND_INFO") = kFrameNoUnwindInfo;
+  m.attr("FRAME_UNWIND_STOPPED") = kFrameUnwindStopped;
+  py::dict kinds;
+  kinds["stop"] = (int)kRowStop;
+  kinds["rsp"] = (int)kRowRsp;
+  kinds["rbp"] = (int)kRowRbp;
+  kinds["signal"] = (int)kRowSignal;
+  kinds["end"] = (int)kRowEnd;
+  m.attr("ROW_KINDS") = kinds;
   m.def(
       "segment_layout",
       [](uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
@@ -231,6 +275,7 @@ PYBIND11_MODULE(_native, m) {
         d["ring_header_bytes"] = sizeof(RingHeader);
         d["recent_stacks_offset"] = recent_stacks_offset(nrings, ring_bytes);
         d["segment_bytes"] = segment_bytes(nrings, ring_bytes, depth);
+        d["unwind_offset"] = unwind_offset(nrings, ring_bytes, depth);
         return d;
       },
       py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
@@ -270,6 +315,11 @@ PYBIND11_MODULE(_native, m) {
       .def("start", &Consumer::start, py::arg("busy_us") = 1000, py::arg("idle_us") = 10000)
       .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
       .def("totals", &totals)
+      .def("loads", &Consumer::loads)
+      .def("unwind_add_rows", &add_rows, py::arg("rows"),
+           "Append rows to the segment's unwind area; returns the first's index.")
+      .def("unwind_publish", &publish, py::arg("objects"),
+           "Publish [(lo, hi, bias, first, nrows)] as the objects the hooks unwind through.")
       .def("sites", &sites)
       .def("stacks", &stacks, py::arg("since") = 0)
       .def("record_events",

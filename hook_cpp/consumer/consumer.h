@@ -24,6 +24,7 @@
 #include "ring_reader.h"
 #include "segment.h"
 #include "stack_table.h"
+#include "unwind_rows.h"
 
 namespace memhook {
 
@@ -44,7 +45,8 @@ class Consumer {
     ctl_ = (Control*)m;
     if (ctl_->magic != kMagic || ctl_->version != kVersion ||
         ctl_->depth > (uint32_t)kMaxDepth || ctl_->nrings > kMaxRings ||
-        bytes_ < segment_bytes(ctl_->nrings, ctl_->ring_bytes, ctl_->depth))
+        ctl_->unwind_bytes > kMaxUnwindBytes ||
+        bytes_ < unwind_offset(ctl_->nrings, ctl_->ring_bytes, ctl_->depth) + ctl_->unwind_bytes)
       throw std::runtime_error("segment has the wrong format");
     clock0_ = read_clock(ctl_->clock);
     ns0_ = monotonic_ns();
@@ -143,6 +145,12 @@ class Consumer {
   bool started() const { return __atomic_load_n(&ctl_->started, __ATOMIC_ACQUIRE) != 0; }
   bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
+  uint32_t loads() const { return __atomic_load_n(&ctl_->loads, __ATOMIC_ACQUIRE); }
+  // The unwind area memhook fills (unwind_rows.h), or null when the segment has none.
+  UnwindArea* unwind_area() const {
+    if (!ctl_->unwind_bytes || released_) return nullptr;
+    return (UnwindArea*)(base_ + unwind_offset(ctl_->nrings, ctl_->ring_bytes, ctl_->depth));
+  }
 
  private:
   static constexpr size_t kDrainAgain = 16384;  // events in one drain: no sleep before the next

@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "segment.h"
+#include "unwind_rows.h"
 
 namespace memhook {
 
@@ -22,15 +23,24 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
                     const std::vector<uint64_t>& known, double abandon_after_s,
-                    uint64_t sample_rate, bool no_avx512) {
+                    uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
     throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
   if (depth < 1 || depth > (uint32_t)kMaxDepth)
     throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
-  size_t bytes = segment_bytes(nrings, ring_bytes, depth);
-  if (ftruncate(fd, (off_t)bytes) != 0) throw std::runtime_error("cannot size segment");
+  if (unwind_bytes > kMaxUnwindBytes || unwind_bytes % 4096)
+    throw std::invalid_argument("unwind area must be a multiple of 4096 bytes, at most 1 GiB");
+  const size_t at = unwind_offset(nrings, ring_bytes, depth);
+  if (ftruncate(fd, (off_t)(at + unwind_bytes)) != 0) throw std::runtime_error("cannot size segment");
+  if (unwind_bytes) {  // the area's header: nothing published yet
+    UnwindArea head{};
+    head.used = sizeof(UnwindArea);
+    head.capacity = unwind_bytes;
+    if (pwrite(fd, &head, sizeof head, (off_t)at) != (ssize_t)sizeof head)
+      throw std::runtime_error("cannot write segment");
+  }
   void* m = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) throw std::runtime_error("cannot map segment");
   Control* c = (Control*)m;
@@ -46,6 +56,7 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
   c->sample_rate = sample_rate;
   c->no_avx512 = no_avx512;
   c->target_pid = pid;
+  c->unwind_bytes = unwind_bytes;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
   for (auto& [id, addr] : real)

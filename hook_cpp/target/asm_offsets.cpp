@@ -29,6 +29,8 @@ static_assert(header(kAlloc, ID_malloc, 0, 0) == (kAlloc | ID_malloc << 8),
               "an allocation header with no frames is kind | op << 8 | dependency << kDepShift");
 static_assert(sizeof(RecentStack::Pair) == 16 && offsetof(RecentStack, pairs) % 16 == 0,
               "a recent stack's pairs are 16 bytes, aligned (movdqa)");
+static_assert(sizeof(RecentStack::Word) == 16 && offsetof(RecentStack::Word, value) == 8,
+              "a word step is (address, value)");
 static_assert((kRecentStacks & (kRecentStacks - 1)) == 0, "the recent stack hash keeps the top bits");
 static_assert(table_entry(0, kLive, event_name(1, 8)) - table_entry(0, kLive, event_name(1, 0)) ==
                   uint64_t(8) << (kDepShift - 3),
@@ -57,8 +59,12 @@ int main() {
   define("RS_RET0", offsetof(RecentStack, ret0), "the call site");
   define("RS_COMPARE", offsetof(RecentStack, compare), "where its comparison starts");
   define("RS_SIZE_BITS", offsetof(RecentStack, size_bits), "its size-word bits");
+  define("RS_SP", offsetof(RecentStack, sp), "the stack pointer at the call");
+  define("RS_STEPS_COMPARE", offsetof(RecentStack, steps_compare), "where its word steps start");
   define("RS_PAIRS", offsetof(RecentStack, pairs), "its pairs");
-  define("ALIGNED_PAIRS", kAlignedPairs, "comparison steps");
+  define("RS_STEPS", offsetof(RecentStack, steps), "its word steps");
+  define("ALIGNED_PAIRS", kAlignedPairs, "pair steps");
+  define("ALIGNED_STEPS", kAlignedSteps, "word steps");
   define("REAL_MALLOC", ID_malloc * sizeof(void*), "malloc in memhook_g_real");
   define_hex("MALLOC_HEADER", header(kAlloc, ID_malloc, 0, 0), "kAlloc, malloc, no frames");
   define("HEADER_DEP_MASK", -(1ll << kDepShift), "a header's dependency bits");

@@ -151,13 +151,19 @@ memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
 // A library loaded later gets its slots patched at once (late_patching.h).
 extern "C" __attribute__((visibility("default"))) void* memhook_hook_dlopen(const char* f, int m) {
   void* h = REAL(dlopen)(f, m);
-  if (h && active()) rescan_loaded();
+  if (h && active()) {
+    rescan_loaded();
+    __atomic_fetch_add(&g_ctl->loads, 1, __ATOMIC_RELEASE);  // memhook builds its unwind rows
+  }
   return h;
 }
 
 extern "C" __attribute__((visibility("default"))) int memhook_hook_dlclose(void* h) {
   int rc = REAL(dlclose)(h);
-  if (active()) forget_unloaded();
+  if (active()) {
+    forget_unloaded();
+    __atomic_fetch_add(&g_ctl->loads, 1, __ATOMIC_RELEASE);
+  }
   return rc;
 }
 

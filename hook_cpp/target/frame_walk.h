@@ -1,43 +1,57 @@
-// The backtrace: a frame-pointer walk from the allocation's call site, every read checked to lie
-// on this thread's stack.
+// The backtrace of one allocation: the unwinder (unwinder.h) run from the hook's call site, on
+// the stack the hook runs on, and its words kept in the recent stack for the next allocation
+// from the same place.
 #pragma once
 
 namespace {
 
-// Frame-pointer walk from the call site (ret0, the return address in from.ret). Each frame
-// pointer followed must lie above the previous one (the first above the return-address slot)
-// and below the top of this thread's stack, so every read stays on the stack between the hook
-// and its top: code built without frame pointers ends the walk (or adds a bogus address), never
-// faults. A hook off the thread's stack (a signal stack) yields the call site alone. Returns the
-// frames written to `out`; *caller: the allocating function's frame base, or 0. A walk that
-// could be made is kept in `c`.
+// The stack a call at `sp` runs on: this thread's, or the alternate signal stack a handler
+// runs on; {0, 0} when neither holds it (a coroutine's stack: nothing above sp is read).
+inline StackRegion stack_of(const ThreadState& t, uint64_t sp) {
+  if (sp >= t.stack_lo && sp < t.stack_hi) return {sp, t.stack_hi};
+  stack_t ss;
+  if (syscall(SYS_sigaltstack, nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) &&
+      sp >= (uint64_t)ss.ss_sp && sp < (uint64_t)ss.ss_sp + ss.ss_size)
+    return {sp, ((uint64_t)ss.ss_sp + ss.ss_size) & ~uint64_t(7)};
+  return {0, 0};
+}
+
+// Backtrace from the call site (ret0, the return address at from.ret). Returns the frames
+// written to `out`; *caller: the allocating function's frame base (its CFA - 16), or 0. A walk
+// the rows alone decided is kept in `c`; any other leaves `c` empty.
 inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
                           uint64_t* caller, RecentStack* c) {
-  uint64_t* o = out;
-  uint64_t* const end = out + g_depth;
-  *o++ = ret0;
+  const uint64_t sp = (uint64_t)(from.ret + 1);
+  const StackRegion region = stack_of(t, sp);
   *caller = 0;
-  const uintptr_t lo = t.stack_lo, hi = t.stack_hi, top = hi - 16;
-  void** f = from.frame;
-  if ((uintptr_t)from.ret - lo < hi - lo && (uintptr_t)f > (uintptr_t)from.ret &&
-      (uintptr_t)f <= top) {
-    *caller = (uint64_t)f;
-    RecentStack::Pair* pr = c->pairs;
-    while (o < end) {
-      const uint64_t next = (uint64_t)f[0], ret = (uint64_t)f[1];
-      *o++ = ret;
-      *pr++ = {next, ret};
-      if (next <= (uintptr_t)f || next > top) break;
-      f = (void**)next;
-    }
-    const uint32_t n = uint32_t(pr - c->pairs);
-    c->first = n <= kAlignedPairs ? kAlignedPairs - n : 0;
-    if (c->first) memmove(c->pairs + c->first, c->pairs, n * sizeof(RecentStack::Pair));
-    c->n = n;
-    c->frame = (uint64_t)from.frame;
-    c->ret0 = ret0;
-    c->compare = compare_entry(n);
+  c->ret0 = 0;
+  if (!region.hi) {
+    out[0] = ret0;
+    return 1;
   }
+  WalkWords w{c->words, 0, kWordsPerFrame * g_depth, 0, true, region.hi == t.stack_hi};
+  uint64_t cfa1;
+  uint64_t* const o = unwind(ret0, sp, (uint64_t)from.frame, region, {t.stack_lo, t.stack_hi},
+                             out, out + g_depth, &cfa1, w);
+  if (cfa1) *caller = cfa1 - 16;
+  if (!w.keep || w.n > w.cap) return uint32_t(o - out);
+  // Pairs first (the leading frame-pointer frames), then the other words one by one.
+  const uint32_t npairs = w.pairs, nsteps = w.n - 2 * w.pairs;
+  c->frame = (uint64_t)from.frame;
+  c->sp = (uint64_t)from.ret;
+  c->nwords = w.n;
+  if (npairs <= kAlignedPairs && nsteps <= kAlignedSteps) {
+    for (uint32_t i = 0; i < npairs; i++)
+      c->pairs[kAlignedPairs - npairs + i] = {c->words[2 * i].value, c->words[2 * i + 1].value};
+    for (uint32_t i = 0; i < nsteps; i++)
+      c->steps[kAlignedSteps - nsteps + i] = c->words[2 * npairs + i];
+    c->steps_compare = steps_entry(nsteps);
+    c->compare = npairs ? pairs_entry(npairs) : c->steps_compare;
+  } else {
+    c->compare = (uint64_t)memhook_compare_miss;
+  }
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);  // a handler's hook sees the entry whole or empty
+  c->ret0 = ret0;
   return uint32_t(o - out);
 }
 

@@ -19,6 +19,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 
 #include "routing.h"
 #include "segment.h"
+#include "unwind_rows.h"
 
 using namespace memhook;
 
@@ -42,7 +44,8 @@ using namespace memhook;
 #include "ring_writer.h"      // reserve, write, publish; drop when full
 #include "address_table.h"    // each pointer's latest event: the ordering dependencies
 #include "sampler.h"          // size filter and sampling: which calls are recorded
-#include "frame_walk.h"       // the backtrace
+#include "unwinder.h"         // one frame at a time, by the rows memhook built
+#include "frame_walk.h"       // the backtrace, kept for the next allocation from there
 #include "records.h"          // the records' words
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*

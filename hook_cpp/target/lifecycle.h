@@ -33,7 +33,9 @@ __attribute__((noinline)) void abandon() {
   restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
   const size_t rings = rings_offset();
-  madvise((uint8_t*)c + rings, segment_bytes(g_nrings, g_ring_bytes, g_depth) - rings, MADV_REMOVE);
+  g_unwind = nullptr;
+  madvise((uint8_t*)c + rings,
+          unwind_offset(g_nrings, g_ring_bytes, g_depth) + g_unwind_bytes - rings, MADV_REMOVE);
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }
@@ -104,7 +106,9 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   }
   Control* c = (Control*)m;
   if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
-      bytes < segment_bytes(c->nrings, c->ring_bytes, c->depth) || c->depth > kMaxDepth ||
+      c->unwind_bytes > kMaxUnwindBytes || c->unwind_bytes % 4096 ||
+      bytes < unwind_offset(c->nrings, c->ring_bytes, c->depth) + c->unwind_bytes ||
+      c->depth > kMaxDepth ||
       c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
     munmap(m, bytes);
     close(fd);
@@ -124,6 +128,10 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_rings = (uint8_t*)m + rings_offset();
   g_recent_stacks = (uint8_t*)m + recent_stacks_offset(c->nrings, c->ring_bytes);
   g_recent_stride = (uint32_t)recent_stack_stride(c->depth);
+  g_unwind_bytes = c->unwind_bytes;
+  g_unwind = g_unwind_bytes ? (const UnwindArea*)((uint8_t*)m + unwind_offset(c->nrings, c->ring_bytes,
+                                                                             c->depth))
+                            : nullptr;
   const bool use_avx512 = avx512 && !c->no_avx512;
   g_compare_first = use_avx512 ? memhook_compare_avx512 : memhook_compare_sse;
   g_compare_last = use_avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;

@@ -84,8 +84,11 @@ memhook_hook_malloc:
   jne 5f
   cmpq %r8, RS_RET0(%r9)
   jne 5f
+  cmpq %rsp, RS_SP(%r9)
+  jne 5f
 4:
   pxor %xmm1, %xmm1
+  xorl %r8d, %r8d               // the word steps' difference
   movq %rbp, %rcx               // f_1
   jmp *RS_COMPARE(%r9)
   // Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()). The pair is loaded once
@@ -119,10 +122,31 @@ memhook_hook_malloc:
   memhook_compare_steps memhook_compare_avx512, memhook_compare_avx512_last, memhook_step_avx512, 25
   vmovdqu (%rcx), %xmm0
   vpternlogq $0xf6, RS_PAIRS+16*(ALIGNED_PAIRS-1)(%r9), %xmm0, %xmm1
-  memhook_malloc_record
+  jmp *RS_STEPS_COMPARE(%r9)    // then the walk's other words
   memhook_compare_steps memhook_compare_sse, memhook_compare_sse_last, memhook_step_sse, 26
   movdqu (%rcx), %xmm0
   pxor RS_PAIRS+16*(ALIGNED_PAIRS-1)(%r9), %xmm0
+  por %xmm0, %xmm1
+  jmp *RS_STEPS_COMPARE(%r9)
+  // Word step j: %r8 |= *steps[j].addr ^ steps[j].value (same_stack()): the words a walk read
+  // past its frame-pointer frames, each where it was read. Every step has the same size.
+  .macro memhook_word_step word
+  {disp32} movq \word(%r9), %rcx
+  movq (%rcx), %rcx
+  {disp32} xorq \word+8(%r9), %rcx
+  orq %rcx, %r8
+  .endm
+memhook_compare_words:
+  .set word, 0
+  .rept ALIGNED_STEPS
+  memhook_word_step RS_STEPS+16*word
+  .set word, word + 1
+  .endr
+memhook_compare_words_end:
+  .if memhook_compare_words_end - memhook_compare_words - ALIGNED_STEPS * 20
+  .error "the word steps differ in size"
+  .endif
+  movq %r8, %xmm0
   por %xmm0, %xmm1
   memhook_malloc_record
 6:
@@ -140,6 +164,8 @@ memhook_hook_malloc:
   jne memhook_compare_miss
   cmpq %r8, RS_RET0(%r9)
   jne memhook_compare_miss
+  cmpq %rsp, RS_SP(%r9)
+  jne memhook_compare_miss
   movq %r9, %fs:TS_LAST_RECENT(%r11)        // last_recent
   jmp 4b
 memhook_compare_miss:
@@ -156,10 +182,14 @@ memhook_compare_miss:
   .hidden memhook_compare_sse
   .hidden memhook_compare_sse_last
   .hidden memhook_compare_miss
+  .hidden memhook_compare_words
+  .hidden memhook_compare_words_end
   .globl memhook_compare_avx512
   .globl memhook_compare_avx512_last
   .globl memhook_compare_sse
   .globl memhook_compare_sse_last
   .globl memhook_compare_miss
+  .globl memhook_compare_words
+  .globl memhook_compare_words_end
 
   .section .note.GNU-stack, "", @progbits  // no executable stack

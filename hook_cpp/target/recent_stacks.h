@@ -27,36 +27,36 @@ inline RecentStack* recent_stack_for(ThreadState& t, uint64_t ret0, Origin from,
   return recent_stack_at(t, *i);
 }
 
-// Would backtrace() from `from` yield the stack `c` holds? The same key, then the 2n words that
-// walk read, compared 16 bytes at a time at the addresses the entry recorded: no load waits for
-// another, where the walk follows a chain. Every address read lies between the caller's frame
-// and the top of this thread's stack (the walk that filled the entry checked them, on this
-// thread: claim_ring empties them), so nothing read can fault.
+// Would backtrace() from `from` yield the stack `c` holds? The same key, then the words that
+// walk read, each compared at the address it was read from: no load waits for another, where
+// the walk follows a chain. Every address lies between the stack pointer of that call, which is
+// this call's, and the top of this thread's stack (the walk that filled the entry checked them,
+// on this thread: claim_ring empties them), so nothing read can fault.
 inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
-  if (c->frame != (uint64_t)from.frame || c->ret0 != ret0)
+  if (c->frame != (uint64_t)from.frame || c->ret0 != ret0 || c->sp != (uint64_t)from.ret)
     return false;
-  __m128i diff = _mm_setzero_si128();
-  const void* f = from.frame;
-  for (uint32_t i = c->first; i < c->first + c->n; i++) {
-    const __m128i want = _mm_load_si128((const __m128i*)&c->pairs[i]);
-    diff = _mm_or_si128(diff, _mm_xor_si128(_mm_loadu_si128((const __m128i*)f), want));
-    f = (const void*)c->pairs[i].next;
-  }
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
+  uint64_t diff = 0;
+  for (uint32_t i = 0; i < c->nwords; i++)
+    diff |= *(const uint64_t*)c->words[i].addr ^ c->words[i].value;
+  return diff == 0;
 }
 
-// memhook_hook_malloc compares a recent stack's pairs in an unrolled sequence of kAlignedPairs steps,
-// step j comparing pairs[j] (RecentStack): one of n pairs enters it at step kAlignedPairs - n
-// (n above: the miss). Two such sequences: with AVX-512 (vpternlogq) or SSE4.1.
-// Every step but the last, which follows no pointer, has the same size.
+// memhook_hook_malloc compares a recent stack in two unrolled sequences (segment.h): pairs, step
+// j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n, with AVX-512
+// (vpternlogq) or SSE4.1; then words, step j comparing steps[j]. Every pair step but the last,
+// which follows no pointer, has the same size; every word step has.
 extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
-    memhook_compare_avx512_last[], memhook_compare_miss[];
-const char* g_compare_first;  // the sequence this CPU runs (memhook_start)
+    memhook_compare_avx512_last[], memhook_compare_words[], memhook_compare_words_end[],
+    memhook_compare_miss[];
+const char* g_compare_first;  // the pair sequence this CPU runs (memhook_start)
 const char* g_compare_last;
-inline uint64_t compare_entry(uint32_t n) {
-  if (n > kAlignedPairs) return (uint64_t)memhook_compare_miss;
+inline uint64_t pairs_entry(uint32_t n) {
   const uint64_t step = (g_compare_last - g_compare_first) / (kAlignedPairs - 1);
   return (uint64_t)g_compare_first + (kAlignedPairs - n) * step;
+}
+inline uint64_t steps_entry(uint32_t m) {
+  const uint64_t step = (memhook_compare_words_end - memhook_compare_words) / kAlignedSteps;
+  return (uint64_t)memhook_compare_words + (kAlignedSteps - m) * step;
 }
 
 }  // namespace

@@ -79,6 +79,8 @@ def follow(session, recorder, a, stop: dict) -> None:
     while not stop["reason"]:
         time.sleep(0.05)
         now = time.monotonic()
+        if session.target_alive() and session.poll_loads():
+            symbolizer.set_modules(session.modules.values())
         if not session.target_alive():
             stop["reason"] = "target exited"
         elif now >= next_tick and session.target_execed():

@@ -1,0 +1,302 @@
+// Unwind rows from an object's CFI. libdw does the DWARF (every FDE's program run up to each PC,
+// CIE and FDE encodings, augmentations); this file only enumerates FDEs and recognises the few
+// rule shapes a row can hold (unwind_rows.h). PLT stubs get rows written here from their
+// known shape, as their CFI is an expression.
+#include "cfi_rows.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace memhook {
+namespace {
+
+constexpr int kRegRbp = 6, kRegRsp = 7, kRegRa = 16;
+
+struct Span {
+  uint64_t start, end;
+  uint32_t rule;
+};
+
+struct Sections {
+  Elf_Data* eh_frame_hdr = nullptr;
+  uint64_t eh_frame_hdr_addr = 0;
+  Elf_Data* debug_frame = nullptr;
+  bool has_eh_frame = false;
+  struct Plt {
+    const uint8_t* bytes;
+    uint64_t addr, size;
+    bool lazy;  // .plt: stubs that push a relocation index before jumping to PLT0
+  };
+  std::vector<Plt> plts;
+};
+
+Sections find_sections(Elf* elf) {
+  Sections s;
+  size_t shstrndx;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return s;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS) continue;
+    const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (!name) continue;
+    if (!strcmp(name, ".eh_frame_hdr")) {
+      s.eh_frame_hdr = elf_getdata(scn, nullptr);
+      s.eh_frame_hdr_addr = sh.sh_addr;
+    } else if (!strcmp(name, ".eh_frame")) {
+      s.has_eh_frame = sh.sh_size > 0;
+    } else if (!strcmp(name, ".debug_frame")) {
+      s.debug_frame = elf_getdata(scn, nullptr);
+    } else if (!strcmp(name, ".plt") || !strcmp(name, ".plt.sec") || !strcmp(name, ".plt.got")) {
+      Elf_Data* d = elf_getdata(scn, nullptr);
+      if (d && d->d_size == sh.sh_size && sh.sh_size)
+        s.plts.push_back({(const uint8_t*)d->d_buf, sh.sh_addr, sh.sh_size, !strcmp(name, ".plt")});
+    }
+  }
+  return s;
+}
+
+// The size of a pointer encoded as `enc` (DW_EH_PE_*), for the fixed-size ones.
+int encoded_size(uint8_t enc) {
+  switch (enc & 0x0f) {
+    case DW_EH_PE_udata4: case DW_EH_PE_sdata4: return 4;
+    case DW_EH_PE_udata8: case DW_EH_PE_sdata8: case DW_EH_PE_absptr: return 8;
+    default: return 0;
+  }
+}
+
+// FDE start addresses from .eh_frame_hdr's search table: (initial location, FDE) pairs, sorted,
+// as every linker writes it (datarel sdata4 from the section's start).
+bool starts_from_hdr(const Sections& s, std::vector<uint64_t>* out) {
+  const Elf_Data* d = s.eh_frame_hdr;
+  if (!d || d->d_size < 4) return false;
+  const uint8_t* h = (const uint8_t*)d->d_buf;
+  const int ptr_size = encoded_size(h[1]), count_size = encoded_size(h[2]);
+  if (h[0] != 1 || h[3] != (DW_EH_PE_datarel | DW_EH_PE_sdata4) || !ptr_size ||
+      count_size != 4 || (h[2] & 0x70) != 0)
+    return false;
+  const size_t table = 4 + ptr_size + count_size;
+  if (d->d_size < table) return false;
+  uint32_t count;
+  memcpy(&count, h + 4 + ptr_size, 4);
+  if ((d->d_size - table) / 8 < count) return false;
+  for (uint32_t i = 0; i < count; i++) {
+    int32_t loc;
+    memcpy(&loc, h + table + 8 * i, 4);
+    out->push_back(s.eh_frame_hdr_addr + int64_t(loc));
+  }
+  return true;
+}
+
+// FDE start addresses from .debug_frame, whose initial locations are plain addresses.
+void starts_from_debug_frame(Elf* elf, Elf_Data* data, std::vector<uint64_t>* out) {
+  const unsigned char* ident = (const unsigned char*)elf_getident(elf, nullptr);
+  Dwarf_Off off = 0, next;
+  Dwarf_CFI_Entry e;
+  for (int rc; off != (Dwarf_Off)-1; off = next) {
+    rc = dwarf_next_cfi(ident, data, false, off, &next, &e);
+    if (rc > 0) break;
+    if (rc < 0) {
+      if (next == off || next == (Dwarf_Off)-1) break;
+      continue;
+    }
+    if (dwarf_cfi_cie_p(&e) || e.fde.end - e.fde.start < 8) continue;
+    uint64_t loc;
+    memcpy(&loc, e.fde.start, 8);
+    if (loc) out->push_back(loc);
+  }
+}
+
+// Offset k of a register saved at CFA + offset (as libdw states it: CFA, plus_uconst n), or -1.
+int64_t cfa_relative(const Dwarf_Op* ops, size_t n) {
+  if (n == 1 && ops[0].atom == DW_OP_call_frame_cfa) return 0;
+  if (n == 2 && ops[0].atom == DW_OP_call_frame_cfa && ops[1].atom == DW_OP_plus_uconst)
+    return int64_t(ops[1].number);
+  return INT64_MIN;
+}
+
+// The row for one frame state, or a kRowStop.
+uint32_t rule_of(Dwarf_Frame* f, bool signal) {
+  if (signal) return rule(kRowSignal);
+  Dwarf_Op mem[3], *ops;
+  size_t n;
+  if (dwarf_frame_register(f, kRegRa, mem, &ops, &n) != 0) return rule(kRowStop);
+  if (n == 0 && ops == mem) return rule(kRowEnd);  // undefined: the outermost frame
+  if (cfa_relative(ops, n) != -8) return rule(kRowStop);
+  if (dwarf_frame_cfa(f, &ops, &n) != 0 || n != 1) return rule(kRowStop);
+  uint64_t reg, off;
+  if (ops[0].atom == DW_OP_bregx) {
+    reg = ops[0].number;
+    off = ops[0].number2;
+  } else if (ops[0].atom >= DW_OP_breg0 && ops[0].atom <= DW_OP_breg31) {
+    reg = ops[0].atom - DW_OP_breg0;
+    off = ops[0].number;
+  } else {
+    return rule(kRowStop);
+  }
+  if ((reg != kRegRsp && reg != kRegRbp) || int64_t(off) <= 0 || off % 8 ||
+      off / 8 > kMaxCfaWords)
+    return rule(kRowStop);
+  const RowKind kind = reg == kRegRsp ? kRowRsp : kRowRbp;
+  RbpRule rbp = kRbpLost;
+  uint32_t slot = 0;
+  if (dwarf_frame_register(f, kRegRbp, mem, &ops, &n) == 0) {
+    if (n == 0 && !ops) {
+      rbp = kRbpSame;
+    } else {
+      const int64_t at = cfa_relative(ops, n);
+      if (at < 0 && at > INT64_MIN && at % 8 == 0 && -at / 8 <= kMaxRbpSlot) {
+        rbp = kRbpSaved;
+        slot = uint32_t(-at / 8);
+      }
+    }
+  }
+  return rule(kind, uint32_t(off / 8), rbp, slot);
+}
+
+// PLT stubs by their code. A .plt.sec or .plt.got stub is a jump through the GOT: the CFA is
+// rsp + 8 throughout. A .plt stub pushes a relocation index and jumps to PLT0, which pushes one
+// more word: rsp + 8 before the push, + 16 after it, + 24 in PLT0 after its own push.
+void plt_spans(const Sections::Plt& p, std::vector<Span>* out) {
+  if (!p.lazy) {
+    out->push_back({p.addr, p.addr + p.size, rule(kRowRsp, 1)});
+    return;
+  }
+  static const uint8_t endbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
+  for (uint64_t at = 0; at + 16 <= p.size; at += 16) {
+    const uint8_t* b = p.bytes + at;
+    const uint64_t pc = p.addr + at;
+    const int skip = memcmp(b, endbr64, 4) == 0 ? 4 : 0;
+    if (at == 0 && b[skip] == 0xff && b[skip + 1] == 0x35) {  // PLT0: push GOT[1]
+      out->push_back({pc, pc + skip + 6, rule(kRowRsp, 2)});
+      out->push_back({pc + skip + 6, pc + 16, rule(kRowRsp, 3)});
+      continue;
+    }
+    int push = -1;  // where `push $index` is
+    if (skip && b[4] == 0x68) push = 4;
+    else if (b[0] == 0xff && b[1] == 0x25 && b[6] == 0x68) push = 6;
+    if (push < 0) {
+      out->push_back({pc, pc + 16, rule(kRowStop)});
+      continue;
+    }
+    out->push_back({pc, pc + push + 5, rule(kRowRsp, 1)});
+    out->push_back({pc + push + 5, pc + 16, rule(kRowRsp, 2)});
+  }
+}
+
+// Sorted, non-overlapping spans (later spans win where they overlap earlier ones: PLT rows
+// over CFI) into rows: a kRowStop wherever no span covers, equal neighbours merged.
+std::vector<Row> to_rows(std::vector<Span> cfi, std::vector<Span> plt) {
+  std::sort(plt.begin(), plt.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  std::vector<Span> all;
+  for (const Span& s : cfi) {
+    // Cut CFI spans around PLT sections.
+    uint64_t start = s.start;
+    for (const Span& p : plt) {
+      if (p.end <= start || p.start >= s.end) continue;
+      if (p.start > start) all.push_back({start, p.start, s.rule});
+      start = std::max(start, p.end);
+    }
+    if (start < s.end) all.push_back({start, s.end, s.rule});
+  }
+  all.insert(all.end(), plt.begin(), plt.end());
+  std::sort(all.begin(), all.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  std::vector<Row> rows;
+  uint64_t covered = 0;
+  for (const Span& s : all) {
+    if (s.end <= s.start || s.start < covered) continue;  // overlapping FDEs: the first wins
+    if (s.end > UINT32_MAX) break;
+    if (!rows.empty() && s.start > covered) rows.push_back({uint32_t(covered), rule(kRowStop)});
+    if (rows.empty() || rows.back().rule != s.rule || s.start > covered)
+      rows.push_back({uint32_t(s.start), s.rule});
+    covered = s.end;
+  }
+  if (!rows.empty()) rows.push_back({uint32_t(covered), rule(kRowStop)});
+  return rows;
+}
+
+struct ElfFile {
+  int fd = -1;
+  Elf* elf = nullptr;
+  Dwarf* dwarf = nullptr;
+  Dwarf_CFI* eh = nullptr;
+  ~ElfFile() {
+    if (eh) dwarf_cfi_end(eh);
+    if (dwarf) dwarf_end(dwarf);
+    if (elf) elf_end(elf);
+    if (fd >= 0) close(fd);
+  }
+};
+
+}  // namespace
+
+CfiRows cfi_rows(const std::string& path) {
+  CfiRows out;
+  elf_version(EV_CURRENT);
+  ElfFile f;
+  f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    out.problem = std::string("cannot open: ") + strerror(errno);
+    return out;
+  }
+  f.elf = elf_begin(f.fd, ELF_C_READ_MMAP, nullptr);
+  GElf_Ehdr eh;
+  if (!f.elf || elf_kind(f.elf) != ELF_K_ELF || !gelf_getehdr(f.elf, &eh) ||
+      gelf_getclass(f.elf) != ELFCLASS64 || eh.e_machine != EM_X86_64) {
+    out.problem = "not an x86-64 ELF file";
+    return out;
+  }
+  const Sections s = find_sections(f.elf);
+  std::vector<uint64_t> starts;
+  Dwarf_CFI* cfi = nullptr;
+  if (s.has_eh_frame && starts_from_hdr(s, &starts) && (f.eh = dwarf_getcfi_elf(f.elf))) {
+    cfi = f.eh;
+    out.source = ".eh_frame";
+  } else if (s.debug_frame && (f.dwarf = dwarf_begin_elf(f.elf, DWARF_C_READ, nullptr)) &&
+             (cfi = dwarf_getcfi(f.dwarf))) {
+    starts.clear();
+    starts_from_debug_frame(f.elf, s.debug_frame, &starts);
+    out.source = ".debug_frame";
+  } else {
+    out.problem = s.has_eh_frame ? ".eh_frame without a search table (.eh_frame_hdr)"
+                                 : "no call-frame information";
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  std::vector<Span> spans;
+  for (size_t i = 0; i < starts.size(); i++) {
+    const uint64_t stop = i + 1 < starts.size() ? starts[i + 1] : UINT64_MAX;
+    uint64_t pc = starts[i];
+    bool any = false;
+    while (pc < stop) {
+      Dwarf_Frame* frame;
+      if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0) break;
+      std::unique_ptr<Dwarf_Frame, decltype(&free)> owned(frame, free);
+      Dwarf_Addr lo, hi;
+      bool signal = false;
+      if (dwarf_frame_info(frame, &lo, &hi, &signal) < 0 || hi <= pc || lo > pc) break;
+      // The signal trampoline's FDE starts a byte early, so that a lookup of its address - 1
+      // finds it; the row covers that byte too.
+      const uint32_t r = rule_of(frame, signal);
+      if (row_kind(r) == kRowStop) out.stop_rows++;
+      spans.push_back({pc, std::min<uint64_t>(hi, stop), r});
+      any = true;
+      pc = hi;
+    }
+    out.fdes += any;
+  }
+  std::vector<Span> plt;
+  for (const auto& p : s.plts) plt_spans(p, &plt);
+  out.rows = to_rows(std::move(spans), std::move(plt));
+  if (out.rows.empty() && out.problem.empty()) out.problem = "no usable call-frame information";
+  return out;
+}
+
+}  // namespace memhook

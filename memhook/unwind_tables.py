@@ -1,0 +1,162 @@
+"""Unwind tables: each loaded object's call-frame information reduced to rows the hooks follow
+through code built without frame pointers (hook_cpp/common/unwind_rows.h).
+
+Built here, before GDB stops the target (libdw evaluates the CFI: hook_cpp/unwind/cfi_rows.cpp),
+cached on disk by build-id in an owner-only directory, and carried into the target in the
+shared segment's unwind area; a library the target loads later gets its rows as soon as the
+dlopen hook counts it (Session.poll_loads).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from . import _native
+
+CACHE_VERSION = 1
+HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
+INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
+
+
+def cache_dir() -> str | None:
+    """~/.cache/memhook/unwind (or $XDG_CACHE_HOME's), created owner-only; None when it exists
+    but is not ours alone (then nothing is cached)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "memhook", "unwind")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        return None
+    return path
+
+
+@dataclass
+class ObjectRows:
+    path: str
+    rows: bytes
+    info: dict
+    from_cache: bool = False
+
+
+def _read_cached(directory: str, key: str) -> ObjectRows | None:
+    try:
+        fd = os.open(os.path.join(directory, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        head = f.readline(4096)
+        try:
+            info = json.loads(head)
+        except ValueError:
+            return None
+        rows = f.read()
+        if info.get("version") != CACHE_VERSION or len(rows) != info.get("bytes"):
+            return None
+        return ObjectRows("", rows, info, True)
+
+
+def _write_cached(directory: str, key: str, rows: bytes, info: dict) -> None:
+    head = json.dumps({**info, "version": CACHE_VERSION, "bytes": len(rows)}).encode() + b"\n"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(head + rows)
+        os.replace(tmp, os.path.join(directory, key))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def rows_for(file: str, build_id: str, directory: str | None) -> ObjectRows:
+    """One object's rows: from the cache when its build-id is there, else built (and cached)."""
+    key = f"{build_id}.rows" if build_id and all(c in "0123456789abcdef" for c in build_id) \
+        else ""
+    if key and directory:
+        cached = _read_cached(directory, key)
+        if cached is not None:
+            cached.path = file
+            return cached
+    rows, info = _native.cfi_rows(file)
+    if key and directory:
+        _write_cached(directory, key, rows, info)
+    return ObjectRows(file, rows, info)
+
+
+def row_span(rows: bytes) -> tuple[int, int]:
+    """The link-time addresses an object's rows cover: its first row's start to its last's."""
+    first = int.from_bytes(rows[0:4], "little")
+    last = int.from_bytes(rows[len(rows) - _native.ROW_BYTES:][:4], "little")
+    return first, last
+
+
+@dataclass
+class UnwindTables:
+    """The rows of every object memhook has seen in the target, and which are in its segment."""
+    objects: dict = field(default_factory=dict)   # module key -> (Module, ObjectRows)
+    written: dict = field(default_factory=dict)   # module key -> (first, nrows) in the area
+    build_s: float = 0.0
+    cached: int = 0
+    built: int = 0
+
+    def add(self, modules: dict) -> list:
+        """Rows for modules not seen before; returns their keys."""
+        directory = cache_dir()
+        t0 = time.perf_counter()
+        new = []
+        for key, m in modules.items():
+            if key in self.objects or not m.file:
+                continue
+            r = rows_for(m.file, m.build_id, directory)
+            self.objects[key] = (m, r)
+            self.cached += r.from_cache
+            self.built += not r.from_cache
+            new.append(key)
+        self.build_s += time.perf_counter() - t0
+        return new
+
+    def area_bytes(self) -> int:
+        """An unwind area for these rows and their index, with room for libraries loaded later."""
+        rows = sum(len(r.rows) for _, r in self.objects.values())
+        need = 64 + rows + 4 * INDEX_ENTRY_BYTES * (len(self.objects) + 64) + HEADROOM_BYTES
+        return (max(need, rows * 2) + 4095) & ~4095
+
+    def publish(self, consumer, modules: dict) -> None:
+        """Write the rows of `modules` not yet in the segment, then publish all of them that are
+        still mapped as the hooks' index."""
+        for key in modules:
+            if key in self.written or key not in self.objects:
+                continue
+            rows = self.objects[key][1].rows
+            if len(rows) < 2 * _native.ROW_BYTES:
+                self.written[key] = None
+                continue
+            self.written[key] = (consumer.unwind_add_rows(rows), len(rows) // _native.ROW_BYTES)
+        index = []
+        for key in modules:
+            place = self.written.get(key)
+            if place is None:
+                continue
+            m, r = self.objects[key]
+            lo, hi = row_span(r.rows)
+            index.append((m.bias + lo, m.bias + hi, m.bias, *place))
+        consumer.unwind_publish(index)
+
+    def without_rows(self, modules: dict) -> list:
+        """(path, why) of mapped objects whose frames the hooks cannot unwind through."""
+        out = []
+        for key in modules:
+            m, r = self.objects.get(key, (None, None))
+            if r is not None and len(r.rows) < 2 * _native.ROW_BYTES:
+                out.append((m.path, r.info.get("problem") or "no call-frame information"))
+        return out
