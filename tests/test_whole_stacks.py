@@ -1,0 +1,128 @@
+"""Whole call stacks through code built without frame pointers: for each leak, memhook's frames
+equal, return address by return address, gdb's `bt` at a breakpoint on that allocation in the
+same binary. Both runs are without address randomisation (gdb's default; `setarch -R` for the
+run memhook attaches to), so the two processes put every object at the same address."""
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TARGETS, Memhook, Target
+
+FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
+WITH_FP = ["-g", "-O2", "-fno-omit-frame-pointer"]
+
+
+def build_pair(d: Path, lib_flags: list) -> Path:
+    """tests/targets/frameless.cpp, frameless, linked (lazily bound) against its library built
+    with `lib_flags`; and the same library as a plugin to dlopen later."""
+    for name in ("libframeless_lib.so", "libframeless_plugin.so"):
+        subprocess.run(["g++", *lib_flags, "-shared", "-fPIC", "-Wl,-z,lazy",
+                        str(TARGETS / "frameless_lib.cpp"), "-o", str(d / name)],
+                       check=True, capture_output=True)
+    exe = d / "frameless"
+    subprocess.run(["g++", *FRAMELESS, "-Wl,-z,lazy", "-I", str(TARGETS),
+                    str(TARGETS / "frameless.cpp"), "-o", str(exe), f"-L{d}", "-lframeless_lib",
+                    "-Wl,-rpath,$ORIGIN", "-ldl"], check=True, capture_output=True)
+    return exe
+
+
+@pytest.fixture(scope="module", params=["frameless", "mixed"])
+def frameless(request, tmp_path_factory):
+    """The target and its library both frameless, or the library keeping frame pointers."""
+    d = tmp_path_factory.mktemp(request.param)
+    return build_pair(d, FRAMELESS if request.param == "frameless" else WITH_FP)
+
+
+WALK = """python
+f = gdb.newest_frame()
+while f is not None:
+    # An inlined call shares its caller's pc; a tail call left no frame on the stack (gdb
+    # infers it from the call-site records of debug information).
+    if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+        print("FRAME %#x %s" % (f.pc(), f.name()))
+    f = f.older()
+end
+"""
+
+
+def gdb_stack(exe: Path, commands: list, stop_at: str, hooked: str, skip: int = 0) -> list:
+    """(pc, name) of the callers of `hooked`, as gdb's backtrace has them, at its (skip + 1)-th
+    call after `stop_at` starts, the target fed `commands`. A caller's pc is its return
+    address; past a signal frame, the interrupted instruction."""
+    script = exe.parent / f"commands-{stop_at}-{skip}"
+    script.write_text("".join(c + "\n" for c in commands) + "exit\n")
+    gdb_script = exe.parent / "walk.gdb"
+    gdb_script.write_text(WALK)
+    args = ["gdb", "-nx", "-batch", "-ex", "set backtrace past-main on",
+            "-ex", "set backtrace past-entry on", "-ex", "set breakpoint pending on",
+            "-ex", "handle SIGUSR1 nostop noprint pass",
+            "-ex", f"break {stop_at}", "-ex", f"run < {script} > /dev/null",
+            "-ex", f"break {hooked}", "-ex", f"ignore 2 {skip}", "-ex", "continue",
+            "-x", str(gdb_script), "-ex", "kill", str(exe)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=180).stdout
+    frames = [line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("FRAME ")]
+    assert len(frames) > 1, out
+    # Frame 0 is the hooked function itself; memhook's stack starts at its caller.
+    return [(int(pc, 16), name) for pc, name in frames[1:]]
+
+
+def memhook_stacks(report: dict) -> list:
+    """Each site's return addresses (one per real frame: inlined frames share theirs), with
+    its names, outstanding bytes and allocation count."""
+    out = []
+    for s in report["sites"]:
+        addrs = [int(f["address"], 16) for f in s["frames"] if not f.get("inlined")]
+        names = [f["function"] for f in s["frames"] if not f.get("inlined")]
+        out.append((addrs, names, s))
+    return out
+
+
+CASES = [
+    # command, where gdb stops first, the hooked function, calls of it to let pass, bytes
+    ("strdup 1000", "leak_strdup", "malloc", 0, 1000),
+    ("getline", "leak_getline", "malloc", 0, None),
+    ("asprintf 3000", "leak_asprintf", "malloc", 0, None),
+    ("string 3000", "leak_string", "operator new(unsigned long)", 1, None),  # growth
+    ("vector 3000", "leak_vector", "operator new(unsigned long)", 1, None),  # growth
+    ("new 5000", "leak_new", "operator new[](unsigned long)", 0, 5000),
+    ("lib 777", "lib_step3", "malloc", 0, 777),           # through the library's static helpers
+    ("signal 900", "on_usr1", "malloc", 0, 900),          # a handler on a sigaltstack
+]
+
+
+def test_leaks_have_gdbs_stack(tmp_path, frameless):
+    exe = frameless
+    target = Target(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        for command, *_ in CASES:
+            target.command(command)
+        # A library loaded after attach: its rows are published once the dlopen hook counts
+        # it; memhook looks every 50 ms.
+        target.command(f"dlopen {exe.parent / 'libframeless_plugin.so'}")
+        time.sleep(1.0)
+        target.command("plugin 555")
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    stacks = memhook_stacks(report)
+    cases = CASES + [("plugin 555", "lib_step3", "malloc", 0, 555)]
+    for command, stop_at, hooked, skip, size in cases:
+        commands = [command] if command != "plugin 555" else [
+            f"dlopen {exe.parent / 'libframeless_plugin.so'}", command]
+        want = gdb_stack(exe, commands, stop_at, hooked, skip)
+        want_addrs = [a for a, _ in want]
+        names = [n for _, n in want]
+        assert len(want) >= 12, (command, names)  # eight chain frames and more
+        found = [(a, n, s) for a, n, s in stacks if a == want_addrs]
+        near = [n for a, n, s in stacks if a and a[0] == want_addrs[0]]
+        assert found, f"{command}: gdb says {names}; memhook has {near}"
+        if size is not None:
+            assert any(s["outstanding_bytes"] == size and s["alloc_count"] == 1
+                       for _, _, s in found), (command, [s for _, _, s in found])
