@@ -9,7 +9,8 @@ each call frees one of 64 live blocks at random and allocates 16..271 bytes in i
     sudo .venv/bin/python benchmarks/alloc_latency.py [--cycles 3] [--rounds 5] [--depth 40]
                                                       [-- memhook args, e.g. --sample-rate 512KiB]
 
---depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost).
+--depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost); --frameless
+builds the target without frame pointers, so that every frame is unwound by its CFI rows.
 
 --interleaved measures both in each attached session instead: batches of 1000 alternate between
 the target's hooked GOT slot and copies of malloc/free the target took before memhook attached
@@ -40,9 +41,12 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="also print every cycle's figures")
     ap.add_argument("--interleaved", action="store_true",
                     help="alternate unprofiled and hooked batches within each attached session")
+    ap.add_argument("--frameless", action="store_true",
+                    help="build the target without frame pointers (the walk goes by unwind rows)")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
-    t = Target(build("alloc_latency", Path(tempfile.mkdtemp()), "-fno-plt"))
+    t = Target(build("alloc_latency", Path(tempfile.mkdtemp()), "-fno-plt",
+                     *(["-fomit-frame-pointer"] if a.frameless else [])))
     sizes = a.sizes
     if a.interleaved:
         bare, hooked, dropped = interleaved(t, a, sizes)

@@ -98,7 +98,7 @@ static double measure(size_t size, size_t count, size_t rounds) {
   return per[rounds / 2];
 }
 
-/* DEPTH real frames (frame pointers, no tail calls) between main and the timing loop. */
+/* DEPTH real frames (no tail calls) between main and the timing loop. */
 __attribute__((noinline)) static double deep(int depth, int paired, size_t size, size_t count,
                                              size_t rounds) {
   double v = depth ? deep(depth - 1, paired, size, count, rounds)
