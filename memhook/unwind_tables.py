@@ -129,7 +129,9 @@ class UnwindTables:
         """An unwind area for these rows and their index, with room for libraries loaded later."""
         rows = sum(len(r.rows) for _, r in self.objects.values())
         need = 64 + rows + 4 * INDEX_ENTRY_BYTES * (len(self.objects) + 64) + HEADROOM_BYTES
-        return (max(need, rows * 2) + 4095) & ~4095
+        # In steps of the headroom: the next attach's segment (one library more, ours) is the
+        # same size, so it takes this one's place in the target (lifecycle.h, settle_segment).
+        return -(-max(need, rows * 2) // HEADROOM_BYTES) * HEADROOM_BYTES
 
     def publish(self, consumer, modules: dict) -> None:
         """Write the rows of `modules` not yet in the segment, then publish all of them that are
