@@ -59,8 +59,7 @@ struct UnwindArea {
   uint64_t published;  // index offset (bytes from the area's start) << 32 | number of objects
   uint64_t used;       // bytes written so far (memhook's bump pointer)
   uint64_t capacity;   // the area's bytes
-  uint64_t generation; // bumped with every publication
-  uint64_t pad[4];
+  uint64_t pad[5];
 };
 constexpr uint64_t kMaxUnwindBytes = uint64_t(1) << 30;
 constexpr uint64_t unwind_index_word(uint64_t offset, uint32_t nobjects) {

@@ -258,13 +258,6 @@ PYBIND11_MODULE(_native, m) {
   m.attr("ROW_BYTES") = sizeof(Row);
   m.attr("FRAME_NO_UNWIND_INFO") = kFrameNoUnwindInfo;
   m.attr("FRAME_UNWIND_STOPPED") = kFrameUnwindStopped;
-  py::dict kinds;
-  kinds["stop"] = (int)kRowStop;
-  kinds["rsp"] = (int)kRowRsp;
-  kinds["rbp"] = (int)kRowRbp;
-  kinds["signal"] = (int)kRowSignal;
-  kinds["end"] = (int)kRowEnd;
-  m.attr("ROW_KINDS") = kinds;
   m.def(
       "segment_layout",
       [](uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {

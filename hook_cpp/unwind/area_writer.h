@@ -36,7 +36,6 @@ inline void unwind_publish(UnwindArea* a, std::vector<UnwindObject> objects) {
       throw std::invalid_argument("unwind object outside the rows written");
   memcpy((uint8_t*)a + at, objects.data(), bytes);
   a->used = at + bytes;
-  a->generation++;
   __atomic_store_n(&a->published, unwind_index_word(at, uint32_t(objects.size())),
                    __ATOMIC_RELEASE);
 }

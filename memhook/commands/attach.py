@@ -79,9 +79,10 @@ def follow(session, recorder, a, stop: dict) -> None:
     while not stop["reason"]:
         time.sleep(0.05)
         now = time.monotonic()
-        if session.target_alive() and session.poll_loads():
+        alive = session.target_alive()
+        if alive and session.poll_loads():
             symbolizer.set_modules(session.modules.values())
-        if not session.target_alive():
+        if not alive:
             stop["reason"] = "target exited"
         elif now >= next_tick and session.target_execed():
             stop["reason"] = "target exec'd another program"
