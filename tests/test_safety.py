@@ -1,4 +1,6 @@
 """The target survives memhook: killed, forked, exec'd, attached twice."""
+import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -162,6 +164,22 @@ def test_signal_handler_allocating_inside_hooks(tmp_path, targets):
     assert target.finish() == 0
 
 
+def wait_stopped(pid: int, timeout: float = 30) -> None:
+    """SIGSTOP takes effect when each thread next enters the kernel: on a loaded machine the
+    consumer may drain for a while after kill() returns. Wait until every thread is stopped."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if states and all(s == "T" for s in states):
+            return
+        assert time.monotonic() < deadline, f"PID {pid} did not stop: {states}"
+        time.sleep(0.001)
+
+
 @pytest.mark.parametrize("release", ["release", "regrow"])
 def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
     """A full ring loses allocations (blocks go unreported) but keeps room for frees: a lost free
@@ -172,6 +190,7 @@ def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
     target.command("hold")  # 300 blocks of 48 bytes: 7 KiB of records
     mh.proc.send_signal(signal.SIGSTOP)  # the consumer stops draining
     try:
+        wait_stopped(mh.proc.pid)
         target.command("flood")  # 3000 leaked blocks of 16 bytes: 70 KiB of records
         target.command(release)  # 300 frees: 5 KiB of records
     finally:
