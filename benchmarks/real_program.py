@@ -9,12 +9,14 @@ unprofiled (medians).
     sudo .venv/bin/python benchmarks/real_program.py [--cycles 5] [-- memhook args]
 """
 import argparse
+import json
 import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 
 from driver import alternate
 
@@ -78,6 +80,24 @@ def main():
     print(f"sqlite3 workload: unprofiled {b:.2f}/s, memhook {h:.2f}/s, ratio {h / b:.2f}")
     print(f"events traced (all cycles): {events}, dropped: {dropped['events']} "
           f"({dropped['frees']} frees)")
+    print_stacks(outputs[-1])
+
+
+def print_stacks(output: str) -> None:
+    """How whole the last session's stacks are: frames per site, weighted by allocations, and
+    how many sites end at main, at a marker ([no unwind info], [unwind stopped]) or elsewhere
+    (the depth limit)."""
+    report = json.loads(output[output.index("{"):output.rindex("}") + 1])
+    depths, ends = [], Counter()
+    for s in report["sites"]:
+        names = [f.get("function") or "" for f in s["frames"] if not f.get("inlined")]
+        depths += [len(names)] * s["alloc_count"]
+        last = names[-1] if names else ""
+        ends["main" if last == "main" else last if last.startswith("[") else "other"] += 1
+    depths.sort()
+    print(f"frames per allocation: median {depths[len(depths) // 2]}, "
+          f"10th percentile {depths[len(depths) // 10]}, max {depths[-1]}; "
+          f"sites ending: {dict(ends)}")
 
 
 if __name__ == "__main__":

@@ -257,6 +257,15 @@ class LineTool:
         return {a: f for a, f in found.items() if f}
 
 
+def _stripped_main(binary) -> tuple[int, int]:
+    """main's span in a stripped executable, as the unwind rows find it (from the entry point's
+    call to __libc_start_main: hook_cpp/unwind/cfi_rows.cpp); (0, 0) in any other object."""
+    if binary.get_section_by_name(".interp") is None:
+        return 0, 0
+    _, info = _native.cfi_rows(binary.stream.name)
+    return info["main"], info["main_end"]
+
+
 class ModuleSymbols:
     """Function names (symbol tables of the binary and its debug file) and DWARF lines and
     inlined calls, addressed by ELF virtual address."""
@@ -278,6 +287,10 @@ class ModuleSymbols:
                         old = funcs.get(sym["st_value"])
                         if old is None or rank < old[0]:
                             funcs[sym["st_value"]] = (rank, max(sym["st_size"], 1), sym.name)
+        if binary is not None and not any(f[2] == "main" for f in funcs.values()):
+            lo, hi = _stripped_main(binary)
+            if lo:
+                funcs[lo] = ((0, False, 4), hi - lo, "main")
         order = sorted(funcs)
         self.starts = np.array(order, dtype=np.uint64)
         self.ends = np.array([a + funcs[a][1] for a in order], dtype=np.uint64)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: main's rows marked kRowLast
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
 

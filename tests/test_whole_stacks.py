@@ -5,6 +5,7 @@ run memhook attaches to), so the two processes put every object at the same addr
 from __future__ import annotations
 
 import re
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TARGETS, Memhook, Target
+from memhook import _native
 
 FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
 WITH_FP = ["-g", "-O2", "-fno-omit-frame-pointer"]
@@ -58,8 +60,8 @@ def gdb_stack(exe: Path, commands: list, stop_at: str, hooked: str, skip: int = 
     script.write_text("".join(c + "\n" for c in commands) + "exit\n")
     gdb_script = exe.parent / "walk.gdb"
     gdb_script.write_text(WALK)
-    args = ["gdb", "-nx", "-batch", "-ex", "set backtrace past-main on",
-            "-ex", "set backtrace past-entry on", "-ex", "set breakpoint pending on",
+    args = ["gdb", "-nx", "-batch",
+            "-ex", "set breakpoint pending on",
             "-ex", "handle SIGUSR1 nostop noprint pass",
             "-ex", f"break {stop_at}", "-ex", f"run < {script} > /dev/null",
             "-ex", f"break {hooked}", "-ex", f"ignore 2 {skip}", "-ex", "continue",
@@ -126,3 +128,24 @@ def test_leaks_have_gdbs_stack(tmp_path, frameless):
         if size is not None:
             assert any(s["outstanding_bytes"] == size and s["alloc_count"] == 1
                        for _, _, s in found), (command, [s for _, _, s in found])
+
+
+@pytest.mark.parametrize("pie", [True, False])
+def test_main_found_in_stripped_executable(tmp_path, pie):
+    """The walk ends at main (as gdb's bt does); in a stripped executable memhook finds main
+    from the entry point's call to __libc_start_main, PIE (lea) or not (mov $main)."""
+    exe = tmp_path / "t"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-x", "c", "-", "-o", str(exe),
+                    "-pie" if pie else "-no-pie"],
+                   input="#include <stdlib.h>\nint main(){return malloc(1)!=0;}\n", text=True,
+                   check=True)
+    nm = subprocess.run(["nm", str(exe)], capture_output=True, text=True, check=True).stdout
+    want = next(int(line.split()[0], 16) for line in nm.splitlines() if line.endswith(" T main"))
+    subprocess.run(["strip", str(exe)], check=True)
+    assert "main" not in subprocess.run(["nm", "-D", str(exe)], capture_output=True,
+                                        text=True).stdout.split()
+    rows, info = _native.cfi_rows(str(exe))
+    assert info["main"] == want
+    # main's rows carry the `last` bit (unwind_rows.h: bit 15 of the rule).
+    marked = [start for start, r in struct.iter_unpack("<II", rows) if r & (1 << 15)]
+    assert marked and marked[0] == want

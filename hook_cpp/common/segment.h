@@ -180,22 +180,26 @@ inline TableIndex table_index(uint64_t p) {
 // pointer at the call (where the return address is): the walk's registers. A walk is a function
 // of those and of the words it reads, whichever row read them (target/unwinder.h): the same key
 // and the same words now mean the same walk, and those loads do not depend on one another.
+// Where no frame used the caller's rbp (code without frame pointers, where rbp holds data),
+// `frame_used` is 0 and same_stack() lets rbp differ; the malloc hook's own comparison, which
+// compares it first, then leaves the call to same_stack().
 //
 // `words` holds every word read, in order, for same_stack(). The malloc hook compares them in
 // two unrolled sequences (malloc_entry.S) at fixed offsets from the entry: first the walk's
 // leading frame-pointer frames as pairs (the frame's saved rbp, which is the next frame, and its
 // return address: 16 bytes at the frame), n of them in pairs[kAlignedPairs - n, kAlignedPairs);
-// then each remaining word by its address, m in steps[kAlignedSteps - m, kAlignedSteps).
+// then each remaining word by its address, m in steps[kAlignedSteps - m, kAlignedSteps). The
+// word steps run first, when there are any, then the pairs.
 constexpr uint32_t kAlignedPairs = 32;
 constexpr uint32_t kAlignedSteps = 32;
 constexpr uint32_t kWordsPerFrame = 3;  // a signal frame reads three (rbp, rsp, rip)
 struct RecentStack {
   uint64_t frame, ret0, sp;
   uint64_t compare;        // where the malloc hook's comparison starts
-  uint64_t steps_compare;  // where its word steps start, after the pairs
+  uint64_t pairs_compare;  // where its pairs start, after the word steps
   uint64_t size_bits;      // (1 + the entry) << kRecentShift: an allocation record's size word bits
   uint32_t nwords;         // words[0, nwords)
-  uint32_t pad0;
+  uint32_t frame_used;     // did the walk use rbp as the caller had it?
   uint64_t pad[1];         // pairs start a cache line
   struct Pair {
     uint64_t next, ret;

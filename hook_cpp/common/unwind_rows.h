@@ -23,10 +23,13 @@ enum RowKind : uint32_t {
 };
 enum RbpRule : uint32_t { kRbpSame = 0, kRbpSaved = 1, kRbpLost = 2 };
 
-// A rule in 32 bits: kind (3) | rbp rule (2) | rbp's slot k, at CFA - 8k (11) | CFA offset / 8
-// (16). Offsets that are not multiples of 8, or larger, make a kRowStop.
-constexpr int kRbpRuleShift = 3, kRbpSlotShift = 5, kCfaShift = 16;
-constexpr uint32_t kMaxRbpSlot = (1u << 11) - 1;
+// A rule in 32 bits: kind (3) | rbp rule (2) | rbp's slot k, at CFA - 8k (10) | last (1) | CFA
+// offset / 8 (16). Offsets that are not multiples of 8, or larger, make a kRowStop. `last`
+// marks an executable's main: the walk ends there, as gdb's backtrace does (what called main
+// is libc's start-up, the same in every stack); its rule still gives main's CFA.
+constexpr int kRbpRuleShift = 3, kRbpSlotShift = 5, kLastShift = 15, kCfaShift = 16;
+constexpr uint32_t kMaxRbpSlot = (1u << 10) - 1;
+constexpr uint32_t kRowLast = 1u << kLastShift;
 constexpr uint32_t kMaxCfaWords = (1u << 16) - 1;
 constexpr uint32_t rule(RowKind kind, uint32_t cfa_words = 0, RbpRule rbp = kRbpSame,
                         uint32_t rbp_slot = 0) {
@@ -36,6 +39,7 @@ constexpr uint32_t rule(RowKind kind, uint32_t cfa_words = 0, RbpRule rbp = kRbp
 constexpr RowKind row_kind(uint32_t r) { return RowKind(r & 7); }
 constexpr RbpRule rbp_rule(uint32_t r) { return RbpRule(r >> kRbpRuleShift & 3); }
 constexpr uint32_t rbp_slot(uint32_t r) { return r >> kRbpSlotShift & kMaxRbpSlot; }
+constexpr bool row_last(uint32_t r) { return r & kRowLast; }
 constexpr uint64_t cfa_offset(uint32_t r) { return uint64_t(r >> kCfaShift) * 8; }
 
 // One row: its first PC (the object's link-time address, below 4 GiB) and its rule; an

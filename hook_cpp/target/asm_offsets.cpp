@@ -32,6 +32,7 @@ static_assert(sizeof(RecentStack::Pair) == 16 && offsetof(RecentStack, pairs) % 
 static_assert(sizeof(RecentStack::Word) == 16 && offsetof(RecentStack::Word, value) == 8,
               "a word step is (address, value)");
 static_assert((kRecentStacks & (kRecentStacks - 1)) == 0, "the recent stack hash keeps the top bits");
+static_assert(sizeof(RecentStack::frame_used) == 4, "cmpl $0, RS_FRAME_USED");
 static_assert(table_entry(0, kLive, event_name(1, 8)) - table_entry(0, kLive, event_name(1, 0)) ==
                   uint64_t(8) << (kDepShift - 3),
               "a table entry's event number is the cursor shifted by kDepShift - 3");
@@ -60,7 +61,8 @@ int main() {
   define("RS_COMPARE", offsetof(RecentStack, compare), "where its comparison starts");
   define("RS_SIZE_BITS", offsetof(RecentStack, size_bits), "its size-word bits");
   define("RS_SP", offsetof(RecentStack, sp), "the stack pointer at the call");
-  define("RS_STEPS_COMPARE", offsetof(RecentStack, steps_compare), "where its word steps start");
+  define("RS_FRAME_USED", offsetof(RecentStack, frame_used), "did its walk use the caller's rbp");
+  define("RS_PAIRS_COMPARE", offsetof(RecentStack, pairs_compare), "where its pairs start");
   define("RS_PAIRS", offsetof(RecentStack, pairs), "its pairs");
   define("RS_STEPS", offsetof(RecentStack, steps), "its word steps");
   define("ALIGNED_PAIRS", kAlignedPairs, "pair steps");

@@ -35,18 +35,26 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
                              out, out + g_depth, &cfa1, w);
   if (cfa1) *caller = cfa1 - 16;
   if (!w.keep || w.n > w.cap) return uint32_t(o - out);
-  // Pairs first (the leading frame-pointer frames), then the other words one by one.
-  const uint32_t npairs = w.pairs, nsteps = w.n - 2 * w.pairs;
+  // Pairs first (the leading frame-pointer frames), then the other words one by one, but for
+  // saved rbp values no frame used.
+  w.forget_unused_bp();
+  const uint32_t npairs = w.pairs;
+  uint32_t n = 2 * npairs;
+  for (uint32_t i = 0; i < n; i++) c->words[i].addr &= ~WalkWords::kUnused;  // compared as pairs
+  for (uint32_t i = n; i < w.n; i++)
+    if (!(c->words[i].addr & WalkWords::kUnused)) c->words[n++] = c->words[i];
+  const uint32_t nsteps = n - 2 * npairs;
   c->frame = (uint64_t)from.frame;
   c->sp = (uint64_t)from.ret;
-  c->nwords = w.n;
+  c->nwords = n;
+  c->frame_used = w.entry_bp_used;
   if (npairs <= kAlignedPairs && nsteps <= kAlignedSteps) {
     for (uint32_t i = 0; i < npairs; i++)
       c->pairs[kAlignedPairs - npairs + i] = {c->words[2 * i].value, c->words[2 * i + 1].value};
     for (uint32_t i = 0; i < nsteps; i++)
       c->steps[kAlignedSteps - nsteps + i] = c->words[2 * npairs + i];
-    c->steps_compare = steps_entry(nsteps);
-    c->compare = npairs ? pairs_entry(npairs) : c->steps_compare;
+    c->pairs_compare = pairs_entry(npairs);
+    c->compare = nsteps ? steps_entry(nsteps) : c->pairs_compare;
   } else {
     c->compare = (uint64_t)memhook_compare_miss;
   }

@@ -81,7 +81,8 @@ memhook_hook_malloc:
   movq (%rsp), %r8              // ret0
   movq %fs:TS_LAST_RECENT(%r11), %r9        // the recent stack of this thread's latest allocation first
   cmpq %rbp, RS_FRAME(%r9)
-  jne 5f
+  jne 3f
+2:
   cmpq %r8, RS_RET0(%r9)
   jne 5f
   cmpq %rsp, RS_SP(%r9)
@@ -91,8 +92,29 @@ memhook_hook_malloc:
   xorl %r8d, %r8d               // the word steps' difference
   movq %rbp, %rcx               // f_1
   jmp *RS_COMPARE(%r9)
-  // Step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()). The pair is loaded once
-  // and the next frame taken from its register: loads are what this loop runs short of.
+  // Word step j: %r8 |= *steps[j].addr ^ steps[j].value (same_stack()): the words a walk read
+  // past its leading frame-pointer frames, each where it was read. Every step has the same size.
+  .macro memhook_word_step word
+  {disp32} movq \word(%r9), %rcx
+  movq (%rcx), %rcx
+  {disp32} xorq \word+8(%r9), %rcx
+  orq %rcx, %r8
+  .endm
+memhook_compare_words:
+  .set word, 0
+  .rept ALIGNED_STEPS
+  memhook_word_step RS_STEPS+16*word
+  .set word, word + 1
+  .endr
+memhook_compare_words_end:
+  .if memhook_compare_words_end - memhook_compare_words - ALIGNED_STEPS * 20
+  .error "the word steps differ in size"
+  .endif
+  movq %r8, %xmm1
+  movq %rbp, %rcx
+  jmp *RS_PAIRS_COMPARE(%r9)    // then the pairs, if any
+  // Pair step j: xmm1 |= f[0..1] ^ pairs[j]; f = pairs[j].next (same_stack()). The pair is loaded
+  // once and the next frame taken from its register: loads are what this loop runs short of.
   .macro memhook_step_avx512 pair
   vmovdqu (%rcx), %xmm0
   {disp32} vmovdqa \pair(%r9), %xmm3
@@ -122,33 +144,17 @@ memhook_hook_malloc:
   memhook_compare_steps memhook_compare_avx512, memhook_compare_avx512_last, memhook_step_avx512, 25
   vmovdqu (%rcx), %xmm0
   vpternlogq $0xf6, RS_PAIRS+16*(ALIGNED_PAIRS-1)(%r9), %xmm0, %xmm1
-  jmp *RS_STEPS_COMPARE(%r9)    // then the walk's other words
+  jmp memhook_compare_done
   memhook_compare_steps memhook_compare_sse, memhook_compare_sse_last, memhook_step_sse, 26
   movdqu (%rcx), %xmm0
   pxor RS_PAIRS+16*(ALIGNED_PAIRS-1)(%r9), %xmm0
   por %xmm0, %xmm1
-  jmp *RS_STEPS_COMPARE(%r9)
-  // Word step j: %r8 |= *steps[j].addr ^ steps[j].value (same_stack()): the words a walk read
-  // past its frame-pointer frames, each where it was read. Every step has the same size.
-  .macro memhook_word_step word
-  {disp32} movq \word(%r9), %rcx
-  movq (%rcx), %rcx
-  {disp32} xorq \word+8(%r9), %rcx
-  orq %rcx, %r8
-  .endm
-memhook_compare_words:
-  .set word, 0
-  .rept ALIGNED_STEPS
-  memhook_word_step RS_STEPS+16*word
-  .set word, word + 1
-  .endr
-memhook_compare_words_end:
-  .if memhook_compare_words_end - memhook_compare_words - ALIGNED_STEPS * 20
-  .error "the word steps differ in size"
-  .endif
-  movq %r8, %xmm0
-  por %xmm0, %xmm1
+memhook_compare_done:
   memhook_malloc_record
+3:
+  cmpl $0, RS_FRAME_USED(%r9)   // rbp differs: no matter if the walk did not use it (segment.h)
+  je 2b
+  jmp 5f
 6:
   cmpl $0, %fs:TS_GUARD(%r11)
   jne 7f                        // nested (a hook's own call, or a handler during a record)
@@ -161,13 +167,18 @@ memhook_compare_words_end:
   imull memhook_recent_stride(%rip), %r9d
   addq %fs:TS_RECENT(%r11), %r9        // its RecentStack
   cmpq %rbp, RS_FRAME(%r9)
-  jne memhook_compare_miss
+  jne 8f
+9:
   cmpq %r8, RS_RET0(%r9)
   jne memhook_compare_miss
   cmpq %rsp, RS_SP(%r9)
   jne memhook_compare_miss
   movq %r9, %fs:TS_LAST_RECENT(%r11)        // last_recent
   jmp 4b
+8:
+  cmpl $0, RS_FRAME_USED(%r9)
+  je 9b
+  jmp memhook_compare_miss
 memhook_compare_miss:
   movq %rax, %rdi
   movq %rsp, %rdx               // where the return address is
@@ -184,6 +195,7 @@ memhook_compare_miss:
   .hidden memhook_compare_miss
   .hidden memhook_compare_words
   .hidden memhook_compare_words_end
+  .hidden memhook_compare_done
   .globl memhook_compare_avx512
   .globl memhook_compare_avx512_last
   .globl memhook_compare_sse
@@ -191,5 +203,6 @@ memhook_compare_miss:
   .globl memhook_compare_miss
   .globl memhook_compare_words
   .globl memhook_compare_words_end
+  .globl memhook_compare_done
 
   .section .note.GNU-stack, "", @progbits  // no executable stack

@@ -33,7 +33,8 @@ inline RecentStack* recent_stack_for(ThreadState& t, uint64_t ret0, Origin from,
 // this call's, and the top of this thread's stack (the walk that filled the entry checked them,
 // on this thread: claim_ring empties them), so nothing read can fault.
 inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
-  if (c->frame != (uint64_t)from.frame || c->ret0 != ret0 || c->sp != (uint64_t)from.ret)
+  if (c->ret0 != ret0 || c->sp != (uint64_t)from.ret ||
+      (c->frame != (uint64_t)from.frame && c->frame_used))
     return false;
   uint64_t diff = 0;
   for (uint32_t i = 0; i < c->nwords; i++)
@@ -41,16 +42,18 @@ inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
   return diff == 0;
 }
 
-// memhook_hook_malloc compares a recent stack in two unrolled sequences (segment.h): pairs, step
-// j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n, with AVX-512
-// (vpternlogq) or SSE4.1; then words, step j comparing steps[j]. Every pair step but the last,
-// which follows no pointer, has the same size; every word step has.
+// memhook_hook_malloc compares a recent stack in two unrolled sequences (segment.h): words,
+// step j comparing steps[j], one of m words entering at step kAlignedSteps - m; then pairs,
+// step j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n, with AVX-512
+// (vpternlogq) or SSE4.1, both ending at memhook_compare_done (the record). Every word step has
+// the same size, and every pair step but the last, which follows no pointer.
 extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
     memhook_compare_avx512_last[], memhook_compare_words[], memhook_compare_words_end[],
-    memhook_compare_miss[];
+    memhook_compare_done[], memhook_compare_miss[];
 const char* g_compare_first;  // the pair sequence this CPU runs (memhook_start)
 const char* g_compare_last;
 inline uint64_t pairs_entry(uint32_t n) {
+  if (!n) return (uint64_t)memhook_compare_done;
   const uint64_t step = (g_compare_last - g_compare_first) / (kAlignedPairs - 1);
   return (uint64_t)g_compare_first + (kAlignedPairs - n) * step;
 }

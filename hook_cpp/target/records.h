@@ -29,7 +29,7 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
     return {p & kPtrMask, size | c->size_bits, 0};  // its depth is the recent stack's (segment.h)
   uint64_t caller;
   const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
-  if (!caller) return {with_depth(t, p, 0), size, n};
+  if (!c->ret0) return {with_depth(t, p, caller), size, n};  // a walk not kept
   c->size_bits = uint64_t(i + 1) << kRecentShift;
   return {with_depth(t, p, caller), size | c->size_bits, n};
 }

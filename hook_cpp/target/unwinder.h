@@ -14,12 +14,10 @@ namespace {
 const UnwindArea* g_unwind;  // the segment's unwind area (memhook_start), or null
 uint64_t g_unwind_bytes;     // its size as memhook_start saw it: every index read is checked
 
-// The rule for `pc`: *known false when no object's rows cover it.
-inline uint32_t row_for(uint64_t pc, bool* known) {
+// The rule for `pc` in the published index `word`, by binary search over objects, then rows:
+// *known false when no object's rows cover it.
+inline uint32_t row_search(const UnwindArea* a, uint64_t word, uint64_t pc, bool* known) {
   *known = false;
-  const UnwindArea* a = g_unwind;
-  if (!a) return rule(kRowStop);
-  const uint64_t word = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
   const uint64_t at = word >> 32;
   uint32_t n = uint32_t(word);
   if (!n || at % 8 || at > g_unwind_bytes || n > (g_unwind_bytes - at) / sizeof(UnwindObject))
@@ -48,6 +46,37 @@ inline uint32_t row_for(uint64_t pc, bool* known) {
   return rows[r].rule;
 }
 
+// The rules of PCs looked up lately, shared by the target's threads: a walk of a stack seen
+// before (in another recent stack's place) costs a load per frame, not two binary searches
+// over cache-cold rows. An entry is two stores, so a reader may see half of a newer one: `tag`
+// holds a hash of the PC and of the index it was found in, which a torn or stale entry (an
+// index published since: a library loaded or gone) fails to match. A wrong rule would cost a
+// wrong frame only (the walk checks every read), and the tag makes even that unlikely.
+struct RuleCacheEntry {
+  uint64_t pc;
+  uint64_t tag;  // the rule (bits 0-31) | known (32) | hash (33-63)
+};
+constexpr int kRuleCacheBits = 12;
+RuleCacheEntry g_rule_cache[1 << kRuleCacheBits];
+
+inline uint32_t row_for(uint64_t pc, bool* known) {
+  const UnwindArea* a = g_unwind;
+  if (!a) return *known = false, rule(kRowStop);
+  const uint64_t word = __atomic_load_n(&a->published, __ATOMIC_ACQUIRE);
+  const uint64_t h = (pc ^ word) * 0x9E3779B97F4A7C15ull;
+  RuleCacheEntry& e = g_rule_cache[h >> (64 - kRuleCacheBits)];
+  const uint64_t hash = h << 33;  // its low 31 bits (the index took the high ones)
+  const uint64_t tag = __atomic_load_n(&e.tag, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&e.pc, __ATOMIC_RELAXED) == pc && (tag & ~0x1ffffffffull) == hash) {
+    *known = tag >> 32 & 1;
+    return uint32_t(tag);
+  }
+  const uint32_t r = row_search(a, word, pc, known);
+  __atomic_store_n(&e.pc, pc, __ATOMIC_RELAXED);
+  __atomic_store_n(&e.tag, hash | uint64_t(*known) << 32 | r, __ATOMIC_RELEASE);
+  return r;
+}
+
 // The region a walk may read: [lo, hi), 8-aligned words only.
 struct StackRegion {
   uint64_t lo, hi;
@@ -63,12 +92,33 @@ struct WalkWords {
   uint32_t pairs;
   bool leading;
   bool keep;
+  int32_t unused_bp = -1;  // the word rbp was last read from, while no frame has used it
+  bool bp_is_entry = true;  // rbp is still the caller's, as the hook found it
+  bool entry_bp_used = false;
   uint64_t read(uint64_t addr) {
     const uint64_t v = *(const uint64_t*)addr;
     if (n < cap) words[n] = {addr, v};
     n++;
     return v;
   }
+  // A saved rbp read: the previous one, if nothing used it, decided nothing.
+  uint64_t read_bp(uint64_t addr) {
+    forget_unused_bp();
+    bp_is_entry = false;
+    unused_bp = int32_t(n);
+    return read(addr);
+  }
+  void use_bp() {
+    unused_bp = -1;
+    entry_bp_used |= bp_is_entry;
+  }
+  // An rbp that no frame used (overwritten, lost, or the walk's last) need not match in a
+  // repeat: its word is marked (bit 0 of its 8-aligned address) for backtrace() to drop.
+  void forget_unused_bp() {
+    if (unused_bp >= 0 && uint32_t(unused_bp) < cap) words[unused_bp].addr |= kUnused;
+    unused_bp = -1;
+  }
+  static constexpr uint64_t kUnused = 1;
 };
 
 // ucontext_t: the interrupted rbp, rsp and rip in uc_mcontext.gregs (REG_RBP, REG_RSP, REG_RIP).
@@ -96,6 +146,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
       // kept where rows may still come (a library loaded later).
       if (g_unwind) w.keep = false;
       if (!bp_known) return *o++ = kFrameNoUnwindInfo, o;
+      w.use_bp();
       cfa = bp + 16;
       bp_at = bp;
       pair = true;
@@ -107,7 +158,8 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           cfa = sp + cfa_offset(r);
           break;
         case kRowRbp:
-          if (!bp_known) return *o++ = kFrameUnwindStopped, o;
+          if (!bp_known) return row_last(r) ? o : (*o++ = kFrameUnwindStopped, o);
+          w.use_bp();
           cfa = bp + cfa_offset(r);
           pair = cfa_offset(r) == 16 && rbp_rule(r) == kRbpSaved && rbp_slot(r) == 2;
           break;
@@ -130,6 +182,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           }
           sp = rsp;
           bp = rbp;
+          w.bp_is_entry = false;
           bp_known = true;
           pc = rip;
           exact = true;
@@ -140,14 +193,20 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           return *o++ = kFrameNoUnwindInfo, o;
       }
       if (rbp_rule(r) == kRbpSaved) bp_at = cfa - 8 * uint64_t(rbp_slot(r));
+      if (row_last(r)) {  // main: its CFA for the allocating function's depth, nothing read
+        if (!*cfa1 && cfa > sp && region.holds(cfa - 8)) *cfa1 = cfa;
+        return o;
+      }
     }
     // The CFA strictly increases, and what the frame holds lies on the stack above sp.
     if (cfa <= sp || !region.holds(cfa - 8) || (bp_at && (bp_at < sp || !region.holds(bp_at))))
       return *o++ = known ? kFrameUnwindStopped : kFrameNoUnwindInfo, o;
     if (bp_at) {
-      bp = w.read(bp_at);
+      bp = w.read_bp(bp_at);
     } else if (known && rbp_rule(r) == kRbpLost) {
       bp_known = false;
+      w.forget_unused_bp();
+      w.bp_is_entry = false;
     }
     const uint64_t ret = w.read(cfa - 8);
     if (w.leading && pair) w.pairs++;

@@ -222,6 +222,55 @@ std::vector<Row> to_rows(std::vector<Span> cfi, std::vector<Span> plt) {
   return rows;
 }
 
+// The bytes at link-time address [addr, addr + n) of a section with contents, or null.
+const uint8_t* bytes_at(Elf* elf, uint64_t addr, uint64_t n) {
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS || !(sh.sh_flags & SHF_ALLOC) ||
+        addr < sh.sh_addr || addr + n > sh.sh_addr + sh.sh_size)
+      continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    if (!d || d->d_size != sh.sh_size) return nullptr;
+    return (const uint8_t*)d->d_buf + (addr - sh.sh_addr);
+  }
+  return nullptr;
+}
+
+// Where an executable's main is (0 if unknown): its symbol, or, in a stripped executable, the
+// argument its entry point (glibc's _start, crt1.o) passes to __libc_start_main in %rdi:
+// `lea main(%rip), %rdi` (PIE) or `mov $main, %rdi`, right before `call *...(%rip)`.
+uint64_t main_address(Elf* elf, const GElf_Ehdr& eh) {
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM))
+      continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    const size_t n = d && sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+    for (size_t i = 0; i < n; i++) {
+      GElf_Sym sym;
+      if (!gelf_getsym(d, int(i), &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
+          sym.st_shndx == SHN_UNDEF)
+        continue;
+      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
+      if (name && !strcmp(name, "main")) return sym.st_value;
+    }
+  }
+  constexpr uint64_t kScan = 48;
+  const uint8_t* c = eh.e_entry ? bytes_at(elf, eh.e_entry, kScan) : nullptr;
+  if (!c) return 0;
+  uint64_t found = 0;
+  for (uint64_t i = 0; i + 13 <= kScan; i++) {
+    const bool call = c[i + 7] == 0xff && c[i + 8] == 0x15;
+    if (!call || c[i] != 0x48) continue;
+    int32_t v;
+    memcpy(&v, c + i + 3, 4);
+    if (c[i + 1] == 0x8d && c[i + 2] == 0x3d) found = eh.e_entry + i + 7 + int64_t(v);
+    else if (c[i + 1] == 0xc7 && c[i + 2] == 0xc7) found = uint64_t(int64_t(v));
+    if (found) break;
+  }
+  return found;
+}
+
 struct ElfFile {
   int fd = -1;
   Elf* elf = nullptr;
@@ -270,6 +319,10 @@ CfiRows cfi_rows(const std::string& path) {
   }
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  // The walk ends at main, as gdb's backtrace does: what called it is the same in every stack
+  // (libc's start-up, which is built without frame pointers), so its rows say kRowLast.
+  const uint64_t main_pc = main_address(f.elf, eh);
+  if (main_pc && std::binary_search(starts.begin(), starts.end(), main_pc)) out.main = main_pc;
   std::vector<Span> spans;
   for (size_t i = 0; i < starts.size(); i++) {
     const uint64_t stop = i + 1 < starts.size() ? starts[i + 1] : UINT64_MAX;
@@ -284,9 +337,12 @@ CfiRows cfi_rows(const std::string& path) {
       if (dwarf_frame_info(frame, &lo, &hi, &signal) < 0 || hi <= pc || lo > pc) break;
       // The signal trampoline's FDE starts a byte early, so that a lookup of its address - 1
       // finds it; the row covers that byte too.
-      const uint32_t r = rule_of(frame, signal);
+      uint32_t r = rule_of(frame, signal);
+      if (starts[i] == out.main)
+        r = row_kind(r) == kRowRsp || row_kind(r) == kRowRbp ? r | kRowLast : rule(kRowEnd);
       if (row_kind(r) == kRowStop) out.stop_rows++;
       spans.push_back({pc, std::min<uint64_t>(hi, stop), r});
+      if (starts[i] == out.main) out.main_end = spans.back().end;
       any = true;
       pc = hi;
     }
