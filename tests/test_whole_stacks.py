@@ -149,3 +149,83 @@ def test_main_found_in_stripped_executable(tmp_path, pie):
     # main's rows carry the `last` bit (unwind_rows.h: bit 15 of the rule).
     marked = [start for start, r in struct.iter_unpack("<II", rows) if r & (1 << 15)]
     assert marked and marked[0] == want
+
+
+def random_rows(rng, lo: int, hi: int, n: int) -> bytes:
+    """n rows over link-time addresses [lo, hi): sorted starts, any rule at all (kinds memhook
+    never writes, CFA offsets up to 512 KiB, rbp slots anywhere, the `last` bit)."""
+    starts = sorted(rng.randrange(lo, max(hi, lo + 1)) for _ in range(n))
+    out = bytearray()
+    for s in starts:
+        kind = rng.randrange(8)
+        cfa = rng.choice([rng.randrange(4), rng.randrange(64), rng.randrange(1 << 16)])
+        slot = rng.choice([rng.randrange(4), rng.randrange(1 << 10)])
+        r = kind | rng.randrange(4) << 3 | slot << 5 | (rng.random() < 0.02) << 15 | cfa << 16
+        out += struct.pack("<II", s & 0xFFFFFFFF, r)
+    return bytes(out)
+
+
+def test_random_rows_never_harm_the_target(tmp_path):
+    """Tables replaced by random rows (wrong rules, rules on the wrong code, overlapping
+    objects, rows in no order): the target runs its whole workload, every leak kind and a
+    signal handler on an alternate stack, and ends normally; real rows published again give
+    whole stacks again."""
+    import random
+    from memhook.session import Options, Session
+    from memhook.unwind_tables import row_span
+    exe = build_pair(tmp_path, FRAMELESS)
+    target = Target(exe)
+    session = Session(target.pid, Options())
+    session.attach()
+    rng = random.Random(1834)
+    workload = ["strdup 100", "getline", "asprintf 300", "string 300", "vector 300", "new 50",
+                "lib 70", "signal 90"]
+    try:
+        objects = list(session.unwind.objects.values())
+        for round_ in range(12):
+            index = []
+            for m, r in objects:
+                if len(r.rows) < 16:
+                    continue
+                lo, hi = row_span(r.rows)
+                if round_ % 3 == 0:    # random rules over the object's code
+                    rows = random_rows(rng, lo, hi, 1500)
+                elif round_ % 3 == 1:  # its real rules, each on some other row's code
+                    real = list(struct.iter_unpack("<II", r.rows))
+                    rules = [x for _, x in real]
+                    rng.shuffle(rules)
+                    rows = b"".join(struct.pack("<II", s, x) for (s, _), x in zip(real, rules))
+                else:                  # rows in no order at all
+                    rows = bytes(rng.randrange(256) for _ in range(8 * 1500))
+                first = session.consumer.unwind_add_rows(rows)
+                shift = rng.choice([0, 0, rng.randrange(-1 << 16, 1 << 16) & ~7])
+                index.append((m.bias + lo + shift, m.bias + hi + shift + rng.randrange(1 << 20),
+                              m.bias + shift, first, len(rows) // 8))
+            session.consumer.unwind_publish(index)
+            for command in workload * 5:
+                target.command(command)
+        # The random rows were walked, each round's anew (a new index empties the recent
+        # stacks): stacks cut short by them, or led astray.
+        time.sleep(0.5)
+        offsets, frames = session.consumer.stacks()
+        markers = {_native.FRAME_NO_UNWIND_INFO, _native.FRAME_UNWIND_STOPPED}
+        cut = sum(int(f) in markers for f in frames)
+        assert cut > 20 and len(offsets) > 50, (cut, len(offsets))
+        # The real rows again, and a library loaded after them: its leak has its whole stack.
+        session.unwind.publish(session.consumer, session.modules)
+        target.command(f"dlopen {exe.parent / 'libframeless_plugin.so'}")
+        session.poll_loads(force=True)
+        target.command("plugin 555")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            out = session.consumer.sites()["outstanding_bytes"]
+            if 555 in out:
+                break
+            time.sleep(0.1)
+        offsets, frames = session.consumer.stacks()
+        stack = int(list(out).index(555))
+        walked = [int(f) for f in frames[offsets[stack] - offsets[0]:offsets[stack + 1] - offsets[0]]]
+    finally:
+        session.detach("test")
+    assert target.finish() == 0
+    assert len(walked) >= 12 and not set(walked) & markers, walked

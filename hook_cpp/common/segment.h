@@ -174,7 +174,8 @@ inline TableIndex table_index(uint64_t p) {
   return {(a ^ uint64_t(uint32_t(tag) * kGolden32)) & ((uint64_t(1) << kTableBits) - 1), tag};
 }
 
-// The writer's side of a ring's recent stacks, written and read by the hooks alone: the words
+// The writer's side of a ring's recent stacks, written and read by the hooks (memhook only
+// empties them when it publishes new unwind rows: Consumer::forget_recent_stacks): the words
 // each entry's walk read, so that an allocation from the same stack is recognised without
 // walking. Key: the caller's rbp, the return address (ret0 0: an empty entry) and the stack
 // pointer at the call (where the return address is): the walk's registers. A walk is a function

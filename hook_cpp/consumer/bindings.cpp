@@ -227,6 +227,7 @@ void publish(Consumer& c, const std::vector<std::tuple<uint64_t, uint64_t, uint6
   std::vector<UnwindObject> index;
   for (auto& [lo, hi, bias, first, nrows] : objects) index.push_back({lo, hi, bias, first, nrows});
   unwind_publish(c.unwind_area(), std::move(index));
+  c.forget_recent_stacks();
 }
 
 }  // namespace

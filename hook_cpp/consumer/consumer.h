@@ -151,6 +151,17 @@ class Consumer {
     if (!ctl_->unwind_bytes || released_) return nullptr;
     return (UnwindArea*)(base_ + unwind_offset(ctl_->nrings, ctl_->ring_bytes, ctl_->depth));
   }
+  // After a new unwind index is published: every recent stack emptied, as its walk may have
+  // followed rows no longer published. A walk that ends meanwhile empties its own
+  // (frame_walk.h: it reads the index again after keeping it).
+  void forget_recent_stacks() {
+    if (released_) return;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    uint8_t* const at = base_ + recent_stacks_offset(ctl_->nrings, ctl_->ring_bytes);
+    const size_t stride = recent_stack_stride(ctl_->depth);
+    for (size_t i = 0; i < size_t(ctl_->nrings) * kRecentStacks; i++)
+      __atomic_store_n(&((RecentStack*)(at + i * stride))->ret0, 0, __ATOMIC_RELAXED);
+  }
 
  private:
   static constexpr size_t kDrainAgain = 16384;  // events in one drain: no sleep before the next

@@ -29,6 +29,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
     out[0] = ret0;
     return 1;
   }
+  const uint64_t index = g_unwind ? __atomic_load_n(&g_unwind->published, __ATOMIC_ACQUIRE) : 0;
   WalkWords w{c->words, 0, kWordsPerFrame * g_depth, 0, true, region.hi == t.stack_hi};
   uint64_t cfa1;
   uint64_t* const o = unwind(ret0, sp, (uint64_t)from.frame, region, {t.stack_lo, t.stack_hi},
@@ -60,6 +61,10 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   }
   __atomic_signal_fence(__ATOMIC_SEQ_CST);  // a handler's hook sees the entry whole or empty
   c->ret0 = ret0;
+  // Rows published during the walk: memhook may have emptied the entries before this one was
+  // kept (Consumer::forget_recent_stacks), so this one empties itself.
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (g_unwind && __atomic_load_n(&g_unwind->published, __ATOMIC_ACQUIRE) != index) c->ret0 = 0;
   return uint32_t(o - out);
 }
 
