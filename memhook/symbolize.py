@@ -24,7 +24,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import _native
+from . import _native, unwind_tables
 from .elf import build_id
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
@@ -257,13 +257,22 @@ class LineTool:
         return {a: f for a, f in found.items() if f}
 
 
-def _stripped_main(binary) -> tuple[int, int]:
-    """main's span in a stripped executable, as the unwind rows find it (from the entry point's
-    call to __libc_start_main: hook_cpp/unwind/cfi_rows.cpp); (0, 0) in any other object."""
-    if binary.get_section_by_name(".interp") is None:
-        return 0, 0
-    _, info = _native.cfi_rows(binary.stream.name)
-    return info["main"], info["main_end"]
+SIGNAL_FRAME = "<signal handler called>"  # as gdb names the signal trampoline's frame
+
+
+def _unwind_facts(binary):
+    """What an object's unwind rows know that its symbols may not (hook_cpp/unwind/cfi_rows.cpp,
+    rows cached by build-id): main's span in an executable, found from the entry point's call
+    to __libc_start_main when main has no symbol ((0, 0) if none), and the signal trampoline's
+    spans ([start, end) pairs, the byte before it included)."""
+    try:
+        r = unwind_tables.rows_for(binary.stream.name, build_id(binary), unwind_tables.cache_dir())
+    except (OSError, RuntimeError):
+        return (0, 0), []
+    main = (r.info.get("main", 0), r.info.get("main_end", 0))
+    rows = np.frombuffer(r.rows, dtype=np.uint32).reshape(-1, 2)
+    at = np.flatnonzero((rows[:-1, 1] & 7) == _native.ROW_SIGNAL)
+    return main, [(int(rows[i, 0]), int(rows[i + 1, 0])) for i in at]
 
 
 class ModuleSymbols:
@@ -287,9 +296,10 @@ class ModuleSymbols:
                         old = funcs.get(sym["st_value"])
                         if old is None or rank < old[0]:
                             funcs[sym["st_value"]] = (rank, max(sym["st_size"], 1), sym.name)
-        if binary is not None and not any(f[2] == "main" for f in funcs.values()):
-            lo, hi = _stripped_main(binary)
-            if lo:
+        self.signal_spans = []
+        if binary is not None:
+            (lo, hi), self.signal_spans = _unwind_facts(binary)
+            if lo and not any(f[2] == "main" for f in funcs.values()):
                 funcs[lo] = ((0, False, 4), hi - lo, "main")
         order = sorted(funcs)
         self.starts = np.array(order, dtype=np.uint64)
@@ -310,6 +320,8 @@ class ModuleSymbols:
         self.located: dict = {}  # vaddr -> frames, from a LineTool batch
 
     def function(self, vaddr: int) -> str | None:
+        if any(lo <= vaddr < hi for lo, hi in self.signal_spans):
+            return SIGNAL_FRAME
         i = int(np.searchsorted(self.starts, vaddr, side="right")) - 1
         if i >= 0 and vaddr < int(self.ends[i]):
             return demangle(self.names[i])

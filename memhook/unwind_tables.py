@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-CACHE_VERSION = 2  # 2: main's rows marked kRowLast
+CACHE_VERSION = 3  # 3: main's rows marked kRowLast, its span in the header
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
 

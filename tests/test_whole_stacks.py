@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target
+from conftest import TARGETS, Memhook, Target, run_memhook
 from memhook import _native
 
 FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
@@ -45,7 +45,9 @@ f = gdb.newest_frame()
 while f is not None:
     # An inlined call shares its caller's pc; a tail call left no frame on the stack (gdb
     # infers it from the call-site records of debug information).
-    if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+    if f.type() == gdb.SIGTRAMP_FRAME:
+        print("FRAME %#x <signal handler called>" % f.pc())
+    elif f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
         print("FRAME %#x %s" % (f.pc(), f.name()))
     f = f.older()
 end
@@ -128,6 +130,20 @@ def test_leaks_have_gdbs_stack(tmp_path, frameless):
         if size is not None:
             assert any(s["outstanding_bytes"] == size and s["alloc_count"] == 1
                        for _, _, s in found), (command, [s for _, _, s in found])
+        # Where gdb names the frame as the report must (the trampoline of a stripped libc, and
+        # main), the names agree too.
+        for _, have, _ in found:
+            for i, name in enumerate(names):
+                if name in ("main", "<signal handler called>"):
+                    assert have[i] == name, (command, names, have)
+        assert names[-1] == "main"
+    # The text report names the trampoline as gdb does, between the handler and the code the
+    # signal interrupted, not as an address in libc.
+    text = run_memhook("report", mh.capture).stdout
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if "<signal handler called>" in line)
+    assert "leak_strdup" in lines[at - 1] and "raise" in "".join(lines[at + 1:at + 3]), text
+    assert "+0x" not in lines[at], lines[at]
 
 
 @pytest.mark.parametrize("pie", [True, False])
@@ -146,8 +162,8 @@ def test_main_found_in_stripped_executable(tmp_path, pie):
                                         text=True).stdout.split()
     rows, info = _native.cfi_rows(str(exe))
     assert info["main"] == want
-    # main's rows carry the `last` bit (unwind_rows.h: bit 15 of the rule).
-    marked = [start for start, r in struct.iter_unpack("<II", rows) if r & (1 << 15)]
+    # main's rows carry the `last` bit (unwind_rows.h).
+    marked = [start for start, r in struct.iter_unpack("<II", rows) if r & _native.ROW_LAST]
     assert marked and marked[0] == want
 
 

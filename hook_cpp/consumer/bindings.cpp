@@ -259,6 +259,8 @@ PYBIND11_MODULE(_native, m) {
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
   m.attr("ROW_BYTES") = sizeof(Row);
+  m.attr("ROW_SIGNAL") = uint32_t(kRowSignal);
+  m.attr("ROW_LAST") = kRowLast;
   m.attr("FRAME_NO_UNWIND_INFO") = kFrameNoUnwindInfo;
   m.attr("FRAME_UNWIND_STOPPED") = kFrameUnwindStopped;
   m.def(
