@@ -245,3 +245,44 @@ def test_random_rows_never_harm_the_target(tmp_path):
         session.detach("test")
     assert target.finish() == 0
     assert len(walked) >= 12 and not set(walked) & markers, walked
+
+
+def test_code_without_rows(tmp_path):
+    """Code without rows gets one guarded frame-pointer step per frame: JIT code (anonymous
+    executable memory) that keeps a frame pointer leads on to the whole stack, and JIT code that
+    does not ends it with [no unwind info]. So do libraries loaded and run at once, before
+    memhook has published their rows: one built with frame pointers has its whole stack at
+    once, a frameless one (whose rbp holds data) a stack cut off with [no unwind info]."""
+    exe = build_pair(tmp_path, FRAMELESS)
+    (tmp_path / "fp").mkdir()
+    with_fp = build_pair(tmp_path / "fp", WITH_FP).parent / "libframeless_plugin.so"
+    target = Target(exe)
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        target.command("jit 4321")
+        target.command("jitbare 4322")
+        target.command(f"dlleak {exe.parent / 'libframeless_plugin.so'} 4323")
+        target.command(f"dlleak {with_fp} 4324")
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    by_size = {s["outstanding_bytes"]: [f for f in s["frames"] if not f.get("inlined")]
+               for s in report["sites"]}
+    jit = by_size[4321]
+    names = [f["function"] for f in jit]
+    assert names[0].startswith("jit_alloc") and jit[1]["module"] is None, jit[:3]
+    assert names[2].startswith("leak_jit") and names[-1] == "main", names
+    assert "[no unwind info]" not in names
+    bare = [f["function"] for f in by_size[4322]]
+    assert bare[0].startswith("jit_alloc") and bare[2:] == ["[no unwind info]"], by_size[4322]
+    late = [f["function"] for f in by_size[4323]]
+    assert late[-1] == "[no unwind info]" and late[-2].startswith("lib_step3"), late
+    late_fp = [f["function"] for f in by_size[4324]]
+    assert [n.split("(")[0] for n in late_fp[1:6]] == [
+        "lib_step3", "lib_step2", "lib_step1", "lib_leak_strdup", "leak_plugin"], late_fp
+    assert late_fp[-1] == "main" and "[no unwind info]" not in late_fp, late_fp
+    text = run_memhook("report", mh.capture).stdout
+    stacks = text[text.index("call stacks by outstanding bytes"):].split("\n#")
+    late_block = next(b for b in stacks if " 4323 bytes in 1 blocks" in b.splitlines()[0])
+    assert late_block.splitlines()[-1].strip() == "[no unwind info]", late_block

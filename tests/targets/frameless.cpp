@@ -5,11 +5,15 @@
  *   strdup N | getline | asprintf N | string N | vector N | new N | lib N   one leak
  *   signal N   a SIGUSR1 handler on an alternate stack leaks strdup(N - 1 chars)
  *   dlopen PATH | plugin N                 load a (frameless) library later, then leak in it
+ *   dlleak PATH N   load it and leak in it at once (before memhook can have its rows)
+ *   jit N | jitbare N   leak N bytes from code in anonymous memory (JIT code, no unwind
+ *                       information) that keeps a frame pointer, or that zeroes rbp
  * Everything leaked is kept: the report's bytes are known. */
 #include <alloca.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 
 #include <string>
 #include <vector>
@@ -108,6 +112,33 @@ NOINLINE static void leak_in_handler(int n) {
 }
 
 static void (*plugin_leak)(int);
+/* JIT code: copied into anonymous executable memory, it calls jit_alloc(n) through the
+ * pointer in %rsi. With a frame pointer (push rbp; mov rsp, rbp) or with rbp zeroed. */
+static const unsigned char jit_with_fp[] = {0x55, 0x48, 0x89, 0xe5, 0xff, 0xd6, 0x5d, 0xc3};
+static const unsigned char jit_bare[] = {0x55, 0x31, 0xed, 0xff, 0xd6, 0x5d, 0xc3};
+typedef void* (*JitFn)(size_t, void* (*)(size_t));
+NOINLINE static void* jit_alloc(size_t n) {
+  void* p = malloc(n);
+  sink++;
+  return p;
+}
+static JitFn jit_code(const unsigned char* code, size_t len) {
+  void* m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  memcpy(m, code, len);
+  mprotect(m, 4096, PROT_READ | PROT_EXEC);
+  return (JitFn)m;
+}
+NOINLINE static void leak_jit(int n) {
+  static JitFn f = jit_code(jit_with_fp, sizeof jit_with_fp);
+  keep(f(n, jit_alloc));
+  sink++;
+}
+NOINLINE static void leak_jit_bare(int n) {
+  static JitFn f = jit_code(jit_bare, sizeof jit_bare);
+  keep(f(n, jit_alloc));
+  sink++;
+}
+
 NOINLINE static void leak_plugin(int n) {
   plugin_leak(n);
   sink++;
@@ -140,8 +171,14 @@ int main() {
     else if (!strcmp(word, "lib")) leaf = leak_lib;
     else if (!strcmp(word, "signal")) leaf = leak_in_handler;
     else if (!strcmp(word, "plugin")) leaf = leak_plugin;
+    else if (!strcmp(word, "jit")) leaf = leak_jit;
+    else if (!strcmp(word, "jitbare")) leaf = leak_jit_bare;
     if (leaf) {
       Chain<8>::run(leaf, n);
+    } else if (!strcmp(word, "dlleak") && sscanf(cmd, "%*s %3999s %d", path, &n) == 2) {
+      void* h = dlopen(path, RTLD_NOW);
+      plugin_leak = h ? (void (*)(int))dlsym(h, "lib_leak_strdup") : NULL;
+      if (plugin_leak) Chain<8>::run(leak_plugin, n);
     } else if (!strcmp(word, "dlopen") && sscanf(cmd, "%*s %3999s", path) == 1) {
       void* h = dlopen(path, RTLD_NOW);
       plugin_leak = h ? (void (*)(int))dlsym(h, "lib_leak_strdup") : NULL;
