@@ -286,3 +286,41 @@ def test_code_without_rows(tmp_path):
     stacks = text[text.index("call stacks by outstanding bytes"):].split("\n#")
     late_block = next(b for b in stacks if " 4323 bytes in 1 blocks" in b.splitlines()[0])
     assert late_block.splitlines()[-1].strip() == "[no unwind info]", late_block
+
+
+DEBIAN_PYTHON = Path("/usr/bin/python3.11")
+KEEPER = """
+import sys
+keep = []
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "exit":
+        break
+    keep += [bytearray(5000) for _ in range(int(line))]
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not DEBIAN_PYTHON.exists(), reason="Debian's python3.11 is not installed")
+def test_debian_python_bytearray_leak(tmp_path):
+    """The case that opened the issue: Debian's python3.11 (built -O3 without frame pointers)
+    keeping bytearray(5000) objects. The leak's stack runs from the allocator through
+    PyByteArray_Resize, the type call and the interpreter loop down to Py_BytesMain and libc's
+    start (python's main tail-calls Py_BytesMain), not two frames in obmalloc.c."""
+    script = tmp_path / "keeper.py"
+    script.write_text(KEEPER)
+    target = Target(script, argv=[str(DEBIAN_PYTHON), str(script)])
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        target.command("1000")
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    big = max(report["sites"], key=lambda s: s["outstanding_bytes"])
+    assert big["outstanding_bytes"] >= 1000 * 5000
+    names = [f["function"] or "" for f in big["frames"] if not f.get("inlined")]
+    want = ["PyByteArray_Resize", "_PyObject_MakeTpCall", "_PyEval_EvalFrameDefault",
+            "PyEval_EvalCode", "Py_RunMain", "Py_BytesMain", "_start"]
+    assert [n for n in names if n in want] == want, names
+    assert len(names) >= 14 and names[-1] == "_start", names
