@@ -133,6 +133,10 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]
+    without = meta.get("unwind", {}).get("without_rows") or []
+    if without:
+        report["modules_without_unwind_rows"] = [{"module": m, "reason": why}
+                                                 for m, why in without]
     if not cap.complete:
         report["incomplete"] = True
     return report
@@ -185,6 +189,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      + (f" — {pm['note']}" if pm.get("note") else ""))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
+    for m in report.get("modules_without_unwind_rows", []):
+        lines.append(f"  no unwind rows: {m['module']}: {m['reason']} (its frames are walked by "
+                     "frame pointer; where it has none, stacks end there: [no unwind info])")
     if report.get("leak_suspects"):
         lines.append("Leak suspects (growth at the end of the capture first):")
         for n, r in enumerate(report["leak_suspects"][:top], 1):

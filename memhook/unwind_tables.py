@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-CACHE_VERSION = 3  # 3: main's rows marked kRowLast, its span in the header
+CACHE_VERSION = 4  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
 
@@ -159,6 +159,7 @@ class UnwindTables:
         out = []
         for key in modules:
             m, r = self.objects.get(key, (None, None))
-            if r is not None and len(r.rows) < 2 * _native.ROW_BYTES:
+            # (An object whose CFI memhook cannot read may still have rows for its PLT.)
+            if r is not None and (r.info.get("problem") or len(r.rows) < 2 * _native.ROW_BYTES):
                 out.append((m.path, r.info.get("problem") or "no call-frame information"))
         return out

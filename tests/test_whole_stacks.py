@@ -324,3 +324,52 @@ def test_debian_python_bytearray_leak(tmp_path):
             "PyEval_EvalCode", "Py_RunMain", "Py_BytesMain", "_start"]
     assert [n for n in names if n in want] == want, names
     assert len(names) >= 14 and names[-1] == "_start", names
+
+
+@pytest.mark.parametrize("how", ["no tables", "no search table"])
+def test_library_without_call_frame_information(tmp_path, how):
+    """Code no CFI covers: functions of a library built without unwind tables beside one built
+    with them (gaps between its FDEs), or the same library linked without .eh_frame_hdr
+    (memhook reads none of its CFI: no rows at all, and the report names it). Its frames keep
+    frame pointers and are walked by frame-pointer steps to the whole stack."""
+    lib = tmp_path / "libnocfi.so"
+    subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables",
+                    "-fno-unwind-tables", "-c", "-fPIC", "-x", "c", "-", "-o",
+                    str(lib.with_suffix(".o"))],
+                   input="#include <stdlib.h>\n#include <string.h>\n"
+                         "__attribute__((noinline)) static char* inner(int n) {\n"
+                         "  char* p = malloc(n); memset(p, 1, n); return p; }\n"
+                         "char* nocfi_leak(int n) { char* p = inner(n); p[0]++; return p; }\n",
+                   text=True, check=True)
+    subprocess.run(["gcc", "-O2", "-c", "-fPIC", "-x", "c", "-", "-o", str(tmp_path / "cfi.o")],
+                   input="int with_cfi(int x) { return x + 1; }\n", text=True, check=True)
+    subprocess.run(["gcc", "-shared", str(lib.with_suffix(".o")), str(tmp_path / "cfi.o"),
+                    "-o", str(lib),
+                    *(["-Wl,--no-eh-frame-hdr"] if how == "no search table" else [])], check=True)
+    exe = tmp_path / "uses_nocfi"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-I", str(TARGETS), "-x", "c", "-",
+                    "-o", str(exe), f"-L{tmp_path}", "-lnocfi", "-Wl,-rpath,$ORIGIN"],
+                   input='#include "harness.h"\nchar* nocfi_leak(int n);\n'
+                         "char* kept[64]; int k;\n"
+                         "__attribute__((noinline)) static void caller(int n) {\n"
+                         "  kept[k % 64] = nocfi_leak(n); k++; }\n"
+                         "int main(void) { char cmd[64]; harness_ready();\n"
+                         "  while (harness_next(cmd, sizeof cmd)) { caller(atoi(cmd));"
+                         " harness_done(); } return 0; }\n",
+                   text=True, check=True)
+    target = Target(exe)
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        target.command("6543")
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    leak = next(s for s in report["sites"] if s["outstanding_bytes"] == 6543)
+    names = [f["function"] for f in leak["frames"] if not f.get("inlined")]
+    assert names == ["inner", "nocfi_leak", "caller", "main"], names
+    listed = [m["module"] for m in report.get("modules_without_unwind_rows", [])]
+    assert listed == ([str(lib)] if how == "no search table" else []), listed
+    if listed:
+        text = run_memhook("report", mh.capture).stdout
+        assert f"no unwind rows: {lib}: .eh_frame without a search table" in text, text

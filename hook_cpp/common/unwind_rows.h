@@ -15,11 +15,12 @@
 namespace memhook {
 
 enum RowKind : uint32_t {
-  kRowStop = 0,    // no rule memhook can follow (or no CFI at all for this PC)
+  kRowStop = 0,    // CFI says what no row can: the walk stops here, and says so
   kRowRsp = 1,     // CFA = rsp + offset
   kRowRbp = 2,     // CFA = rbp + offset
   kRowSignal = 3,  // __restore_rt: the interrupted registers are in the ucontext at rsp
   kRowEnd = 4,     // the outermost frame: nothing called it
+  kRowNone = 5,    // no CFI covers this PC (between FDEs, or past the last): code without rows
 };
 enum RbpRule : uint32_t { kRbpSame = 0, kRbpSaved = 1, kRbpLost = 2 };
 
@@ -43,7 +44,7 @@ constexpr bool row_last(uint32_t r) { return r & kRowLast; }
 constexpr uint64_t cfa_offset(uint32_t r) { return uint64_t(r >> kCfaShift) * 8; }
 
 // One row: its first PC (the object's link-time address, below 4 GiB) and its rule; an
-// object's rows are sorted by start and cover its code up to its last row, a kRowStop.
+// object's rows are sorted by start and cover its code up to its last row, a kRowNone.
 struct Row {
   uint32_t start;
   uint32_t rule;

@@ -41,7 +41,7 @@ inline uint32_t row_search(const UnwindArea* a, uint64_t word, uint64_t pc, bool
     if (rows[r + half].start <= x) r += half;
     m -= half;
   }
-  if (rows[r].start > x) return rule(kRowStop);
+  if (rows[r].start > x || row_kind(rows[r].rule) == kRowNone) return rule(kRowStop);
   *known = true;
   return rows[r].rule;
 }

@@ -192,7 +192,7 @@ void plt_spans(const Sections::Plt& p, std::vector<Span>* out) {
 }
 
 // Sorted, non-overlapping spans (later spans win where they overlap earlier ones: PLT rows
-// over CFI) into rows: a kRowStop wherever no span covers, equal neighbours merged.
+// over CFI) into rows: a kRowNone wherever no span covers, equal neighbours merged.
 std::vector<Row> to_rows(std::vector<Span> cfi, std::vector<Span> plt) {
   std::sort(plt.begin(), plt.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
   std::vector<Span> all;
@@ -213,12 +213,12 @@ std::vector<Row> to_rows(std::vector<Span> cfi, std::vector<Span> plt) {
   for (const Span& s : all) {
     if (s.end <= s.start || s.start < covered) continue;  // overlapping FDEs: the first wins
     if (s.end > UINT32_MAX) break;
-    if (!rows.empty() && s.start > covered) rows.push_back({uint32_t(covered), rule(kRowStop)});
+    if (!rows.empty() && s.start > covered) rows.push_back({uint32_t(covered), rule(kRowNone)});
     if (rows.empty() || rows.back().rule != s.rule || s.start > covered)
       rows.push_back({uint32_t(s.start), s.rule});
     covered = s.end;
   }
-  if (!rows.empty()) rows.push_back({uint32_t(covered), rule(kRowStop)});
+  if (!rows.empty()) rows.push_back({uint32_t(covered), rule(kRowNone)});
   return rows;
 }
 
