@@ -180,17 +180,25 @@ class Session:
         return True
 
     def _refuse_if_attached(self, layout) -> None:
-        """A live memhook session (the hook library armed, its heartbeat fresh) owns the target;
-        one whose memhook died is taken over."""
+        """A live memhook session (the hook library armed, the memhook that armed it still
+        running: the same PID and start time) owns the target; one whose memhook died is taken
+        over at once, however fresh its last heartbeat."""
         own = elf.exported_offsets(layout.hook_library_file)
         base = layout.hook_library_base
         with procfs.Memory(self.pid) as mem:
             active = mem.u32(base + own["memhook_active"]) != _native.MODE_OFF
             ctl = mem.u64(base + own["memhook_ctl"])
-            beat = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET) if ctl else 0
-            limit = mem.u64(ctl + _native.CONTROL_HEARTBEAT_OFFSET + 8) if ctl else 0
-        if active and beat and time.monotonic_ns() - beat < limit:
-            raise TargetError(f"PID {self.pid} is already being traced by another memhook")
+            owner = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET) if ctl else 0
+            started = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET + 8) if ctl else 0
+        if not (active and owner):
+            return
+        try:
+            alive = procfs.start_ticks(owner) == started
+        except (OSError, ValueError, IndexError):
+            alive = False
+        if alive:
+            raise TargetError(f"PID {self.pid} is already being traced by memhook (PID {owner}): "
+                              "stop that one first")
 
     def target_alive(self) -> bool:
         return procfs.alive(self.info)

@@ -16,7 +16,7 @@ import shutil
 import stat
 
 from . import _native
-from .procfs import ProcessInfo, TargetError
+from .procfs import ProcessInfo, TargetError, start_ticks
 
 SEGMENT_DIR = "dev/shm"
 LIBRARY_DIRS = ("tmp", "var/tmp", "dev/shm")
@@ -97,7 +97,7 @@ class Segment:
             os.fchown(fd, info.uid, info.gid)
             _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
                                    info.pid, real, known, abandon_after_s, sample_rate, no_avx512,
-                                   unwind_bytes)
+                                   unwind_bytes, os.getpid(), start_ticks(os.getpid()))
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

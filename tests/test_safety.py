@@ -113,7 +113,8 @@ def test_second_memhook_refused_first_unharmed(tmp_path, targets):
     from conftest import run_memhook
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     first = Memhook(target.pid, tmp_path)
-    one_line_error(run_memhook("-p", target.pid), 1, "already being traced by another memhook")
+    one_line_error(run_memhook("-p", target.pid), 1,
+                   f"already being traced by memhook (PID {first.proc.pid})")
     target.command("go")
     assert site(first.stop(), "late_leak")["outstanding_bytes"] == 7 * 99
     assert target.finish() == 0
@@ -131,6 +132,23 @@ def test_take_over_from_a_dead_memhook(tmp_path, targets):
     target.command("go")
     report = mh.stop()
     assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert_restored(target.pid, exe, before)
+    assert target.finish() == 0
+
+
+def test_take_over_at_once_after_kill_9(tmp_path, targets):
+    """kill -9 of memhook, then at once a new memhook: the dead one's heartbeat is still fresh
+    (--unhook-after 5 s), but the memhook that owned the target is gone (its PID and start time
+    in the segment), so the new one takes over without waiting, and is exact."""
+    exe = build(tmp_path, "lifecycle.c")
+    target = targets(exe, "/nonexistent.so")
+    _, before = slot_values(target.pid, exe)
+    killed_once_attached(target.pid, "5")
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    report = mh.stop()
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert report["totals"]["unknown_free_count"] == 0
     assert_restored(target.pid, exe, before)
     assert target.finish() == 0
 

@@ -19,7 +19,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 9;
+constexpr uint32_t kVersion = 10;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -62,6 +62,8 @@ struct alignas(64) Control {
   uint64_t max_size;
   uint64_t sample_rate;  // 0: every call; else mean bytes between samples (Poisson per byte)
   uint64_t target_pid;
+  uint64_t owner_pid;    // the memhook that made the segment, and its start time (clock ticks
+  uint64_t owner_start;  // since boot, /proc/PID/stat): while it lives, it owns the target
   uint64_t real[kMaxHooks];  // address of each real function in the target, 0 if unknown
   uint32_t nknown;
   uint32_t no_avx512;  // 1: the malloc hook compares stacks with SSE4.1 even where AVX-512 runs

@@ -254,7 +254,8 @@ PYBIND11_MODULE(_native, m) {
         py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
         py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
         py::arg("abandon_after_s"), py::arg("sample_rate") = 0,
-        py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0);
+        py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0, py::arg("owner_pid") = 0,
+        py::arg("owner_start") = 0);
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
@@ -283,6 +284,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;
   // Where memhook's detach script finds the late-patched slots in the target's copy.
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);
+  m.attr("CONTROL_OWNER_OFFSET") = offsetof(Control, owner_pid);  // then owner_start
   m.attr("CONTROL_LATE_OFFSET") = offsetof(Control, late);
   m.attr("CONTROL_NSLOTS_OFFSET") = offsetof(Control, nslots);
   m.attr("CONTROL_SLOTS_OFFSET") = offsetof(Control, slots);

@@ -23,7 +23,8 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
                     const std::vector<uint64_t>& known, double abandon_after_s,
-                    uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes) {
+                    uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes,
+                    uint64_t owner_pid, uint64_t owner_start) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
@@ -56,6 +57,8 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
   c->sample_rate = sample_rate;
   c->no_avx512 = no_avx512;
   c->target_pid = pid;
+  c->owner_pid = owner_pid;
+  c->owner_start = owner_start;
   c->unwind_bytes = unwind_bytes;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
