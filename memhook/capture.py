@@ -219,6 +219,19 @@ class _Assembly:
             if set(z) != set(SITE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
                 raise ValueError("aggregate columns do not match")
             self.cap.sites = {k: v.astype(np.uint64) for k, v in z.items()}
+        elif kind == b"AGGD":  # a checkpoint: the rows of stacks that changed since the last
+            z = _load_npz(payload)
+            if set(z) != {"id", *SITE_COLUMNS} or len({len(v) for v in z.values()}) != 1:
+                raise ValueError("aggregate columns do not match")
+            ids = z["id"].astype(np.int64)
+            if len(ids) and (ids.min() < 0 or ids.max() >= self.stacks):
+                raise ValueError("aggregates name stacks the capture does not hold")
+            n = max(len(next(iter(self.cap.sites.values()), [])), int(ids.max(initial=-1)) + 1)
+            for k in SITE_COLUMNS:
+                col = self.cap.sites.get(k, np.zeros(0, np.uint64))
+                col = np.concatenate([col, np.zeros(n - len(col), np.uint64)])
+                col[ids] = z[k].astype(np.uint64)
+                self.cap.sites[k] = col
         elif kind == b"TSER":
             for k, v in _load_npz(payload).items():
                 self.series.setdefault(k, []).append(v)
@@ -295,6 +308,7 @@ class Recorder:
     _last_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     events: list = field(default_factory=list)
     modules_written: int = -1
+    _last_sites: dict = field(default_factory=dict)
     _last_snapshot: float = 0.0
     _t0: float = field(default_factory=time.monotonic)
 
@@ -364,10 +378,35 @@ class Recorder:
         if ev is not None and len(ev):
             self.writer.arrays(b"EVTS", **{n: ev[n] for n in ev.dtype.names})
         if final or time.monotonic() - self._last_snapshot >= self.snapshot_every:
-            self.writer.json(b"META", {"totals": _ints(totals)})
             self.writer.arrays(b"AGGR", **consumer.sites())
             self.writer.arrays(b"BEHV", **consumer.behaviour())
             self._last_snapshot = time.monotonic()
+        self.checkpoint(totals)
+
+    def checkpoint(self, totals: dict | None = None) -> None:
+        """What a capture cut off from here on still reports: new stacks, the aggregates of the
+        stacks that changed since the last checkpoint, the totals and the time traced."""
+        if not self.writer:
+            return
+        consumer = self.session.consumer
+        totals = totals or consumer.totals()
+        self._modules()
+        self._stacks()
+        # Only stacks the file holds (one may have appeared since _stacks()): the next checkpoint
+        # writes the others.
+        sites = {k: v[:self.stacks_written] for k, v in consumer.sites().items()}
+        n = len(sites["alloc_count"])
+        changed = np.zeros(n, bool)
+        for k, v in sites.items():
+            last = self._last_sites.get(k, np.zeros(0, np.uint64))[:n]
+            changed |= v != np.concatenate([last, np.zeros(n - len(last), v.dtype)])
+        ids = np.flatnonzero(changed)
+        if len(ids):
+            self.writer.arrays(b"AGGD", id=ids.astype(np.uint64),
+                               **{k: v[ids] for k, v in sites.items()})
+        self._last_sites = sites
+        self.writer.json(b"META", {"totals": _ints(totals),
+                                   "duration_s": round(time.monotonic() - self._t0, 3)})
 
     def finish(self) -> Capture:
         """After detach: the final tick, the closing blocks, and the whole capture in memory."""

@@ -245,7 +245,8 @@ class Session:
             "pid": self.pid, "command": self.info.command, "exe": self.info.exe,
             "host": socket.gethostname(), "memhook_version": __version__,
             "started_at": self.started_at, "ended_at": self.ended_at,
-            "duration_s": round(self.ended_at - self.started_at, 3),
+            # (a capture's checkpoints say how long it has traced so far: capture.py)
+            "duration_s": round(self.ended_at - self.started_at, 3) if self.ended_at else 0.0,
             "end_reason": self.end_reason, "depth": self.options.depth,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,

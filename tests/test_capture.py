@@ -205,6 +205,42 @@ def test_capture_survives_kill_9(tmp_path, targets):
     assert site(rep, "late_leak")["outstanding_bytes"] == LATE_LEAK
 
 
+@pytest.mark.parametrize("kill_at", [2.0, 20.0])
+def test_kill_9_with_default_intervals(tmp_path, targets, kill_at):
+    """memhook killed -9 2 s or 20 s into a session, every interval at its default: the
+    cut-off capture reports the leak it had seen and how long it had traced (its checkpoints:
+    one a second in, then one per --interval), and a new memhook attaches at once and is
+    exact."""
+    from conftest import assert_restored, slot_values
+    exe = build(tmp_path, "lifecycle.c")
+    target = targets(exe, "/nonexistent.so")
+    _, before = slot_values(target.pid, exe)
+    out = tmp_path / "killed.mh"
+    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live", "-o", out),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    assert "attached" in mh.stdout.readline()
+    t0 = time.monotonic()
+    target.command("go")
+    time.sleep(max(0.0, kill_at - (time.monotonic() - t0)))
+    mh.send_signal(signal.SIGKILL)
+    mh.wait()
+    proc = run_memhook("report", out)
+    assert proc.returncode == 0 and "cut off" in proc.stderr, proc.stderr
+    head = proc.stdout.splitlines()[0]
+    traced = float(head.split("), ")[1].split(" s traced")[0])
+    assert 0.9 <= traced <= kill_at and "[capture cut off]" in head, head
+    assert "late_leak" in proc.stdout and "No outstanding allocations" not in proc.stdout
+    rep = report_json(out)
+    assert site(rep, "late_leak")["outstanding_bytes"] == LATE_LEAK
+    again = Memhook(target.pid, tmp_path)  # at once: the dead memhook owns nothing
+    target.command("go")
+    report2 = again.stop()
+    assert site(report2, "late_leak")["outstanding_bytes"] == LATE_LEAK
+    assert report2["totals"]["unknown_free_count"] == 0
+    assert_restored(target.pid, exe, before)
+    assert target.finish() == 0
+
+
 def test_capture_size_is_reported(tmp_path, captured):
     cap, _ = captured
     assert os.path.getsize(cap) < 200_000

@@ -76,6 +76,7 @@ def follow(session, recorder, a, stop: dict) -> None:
     view = LiveView(session, a.top, sys.stdout.isatty())
     t0 = time.monotonic()
     next_tick = t0 + a.interval
+    first_checkpoint = t0 + min(1.0, a.interval)  # a capture cut off early still holds something
     while not stop["reason"]:
         time.sleep(0.05)
         now = time.monotonic()
@@ -88,6 +89,9 @@ def follow(session, recorder, a, stop: dict) -> None:
             stop["reason"] = "target exec'd another program"
         elif a.duration and now - t0 >= a.duration:
             stop["reason"] = "duration reached"
+        if first_checkpoint and now >= first_checkpoint and not stop["reason"]:
+            first_checkpoint = 0
+            recorder.checkpoint()
         if now >= next_tick and not stop["reason"]:
             next_tick = now + a.interval
             known = len(session.modules)
