@@ -176,12 +176,16 @@ def process_memory(cap: Capture) -> dict:
     s = cap.series
     if not len(s.get("anon_bytes", [])):
         return {}
-    t = np.asarray(s["time_s"], np.float64)
-    anon = np.asarray(s["anon_bytes"], np.float64)
-    live = np.asarray(s["outstanding_bytes"], np.float64)
+    # Samples taken while the process lived (one that has exited reads as 0 bytes resident).
+    alive = np.asarray(s["rss_bytes"]) > 0
+    if not alive.any():
+        return {}
+    t = np.asarray(s["time_s"], np.float64)[alive]
+    anon = np.asarray(s["anon_bytes"], np.float64)[alive]
+    live = np.asarray(s["outstanding_bytes"], np.float64)[alive]
     anon_growth, live_growth = theil_sen(t, anon) * 60, theil_sen(t, live) * 60
-    out = {"rss_bytes": int(s["rss_bytes"][-1]), "anon_bytes": int(anon[-1]),
-           "heap_bytes": int(s["heap_bytes"][-1]), "live_bytes": int(live[-1]),
+    out = {"rss_bytes": int(np.asarray(s["rss_bytes"])[alive][-1]), "anon_bytes": int(anon[-1]),
+           "heap_bytes": int(np.asarray(s["heap_bytes"])[alive][-1]), "live_bytes": int(live[-1]),
            "gap_bytes": int(anon[-1] - live[-1]),
            "anon_growth_bytes_per_min": round(anon_growth, 1),
            "live_growth_bytes_per_min": round(live_growth, 1)}

@@ -3,6 +3,7 @@ answered with one line and a non-zero exit code, the target untouched."""
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -62,12 +63,19 @@ def test_duration_and_live_view(tmp_path, lifecycle_target):
 
 def test_target_exit_ends_the_session(tmp_path, lifecycle_target):
     target = lifecycle_target
-    mh = Memhook(target.pid, tmp_path)
+    mh = Memhook(target.pid, tmp_path, "--interval", "0.3")
     target.command("go")
+    time.sleep(1.0)  # samples of the process's memory while it lives
     assert target.finish() == 0
     report = mh.wait()
     assert "target exited" in mh.lines.expect("detached", timeout=30)
     assert report["totals"]["outstanding_bytes"] == 7 * 99
+    # The process line describes the process as it last lived, not the exited one (0 B).
+    pm = report["process_memory"]
+    assert pm["rss_bytes"] > 100_000 and pm["anon_bytes"] > 0, pm
+    line = next(x for x in run_memhook("report", mh.capture).stdout.splitlines()
+                if x.strip().startswith("process:"))
+    assert "resident 0 B" not in line and "gap -" not in line, line
 
 
 @pytest.mark.parametrize("args,code,words", [
