@@ -157,7 +157,16 @@ class Session:
         self.lib_base = result["lib_base"]
         self.patched = result["patched"]
         by_addr = {s.addr: s for s in layout.slots}
-        self.skipped = [(by_addr[addr], value) for addr, value in result["skipped"]]
+        # A slot holding another object's PLT entry for the same function, whose own slot is
+        # patched, is hooked through it (a non-PIE executable that takes malloc's address makes
+        # its PLT entry malloc's address for every library): nothing to say about it.
+        hooked = {(by_addr[p[0]].module, by_addr[p[0]].symbol) for p in self.patched
+                  if p[0] in by_addr}
+        plts = [(lo, hi, o.path) for o in layout.objects for lo, hi in o.plt]
+        self.skipped = [(by_addr[addr], value) for addr, value in result["skipped"]
+                        if not (value is not None and any(
+                            lo <= value < hi and (path, by_addr[addr].symbol) in hooked
+                            for lo, hi, path in plts))]
         self.started_at = time.time()
         self.consumer.start()
         self.poll_loads(force=True)
