@@ -260,3 +260,26 @@ def test_non_pie_executable_taking_mallocs_address(tmp_path):
     assert "left alone" not in mh.attached_line and "left alone" not in mh.stderr, mh.stderr
     strdup = [s for s in report["sites"] if s["frames"][0]["function"] == "__strdup"]
     assert [s["outstanding_bytes"] for s in strdup] == [20], report["sites"]
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.4, 0.8])
+def test_target_killed_during_attach(tmp_path, delay):
+    """The target killed -9 (and left a zombie) at some moment of the attach: memhook says it
+    exited, in one line, not a ptrace-permissions hint or GDB's own words; or, attached
+    already, it ends the session as for any exit."""
+    import signal
+    from conftest import Target
+    target = Target(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    proc = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd="/")
+    time.sleep(delay)
+    os.kill(target.pid, signal.SIGKILL)  # not reaped: a zombie while memhook runs
+    out, err = proc.communicate(timeout=120)
+    target.kill()
+    assert "Traceback" not in err and "ptrace_scope" not in err and "Couldn't" not in err, err
+    if "attached" in out:
+        assert proc.returncode == 0 and "detached (target exited)" in out, (out, err)
+    else:
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, err
+        assert "exited" in lines[0] or "zombie" in lines[0] or "no process" in lines[0], err

@@ -104,6 +104,19 @@ def follow(session, recorder, a, stop: dict) -> None:
                 view.show(symbolizer)
 
 
+def attach_or_explain(session) -> dict:
+    """session.attach(), but a target that died meanwhile is said to have exited, whatever
+    GDB or /proc made of it (a zombie refuses ptrace: not a permissions problem)."""
+    from .. import procfs
+    try:
+        return session.attach()
+    except (procfs.TargetError, OSError):
+        if session.info is not None and not procfs.alive(session.info):
+            raise procfs.TargetError(f"PID {session.pid} exited while memhook was attaching: "
+                                     "nothing to trace") from None
+        raise
+
+
 def run_attach(argv: list[str]) -> int:
     from .. import capture, report
     from ..session import Session
@@ -132,7 +145,7 @@ def run_attach(argv: list[str]) -> int:
     # Opened before attaching: an unwritable -o fails while the target is untouched.
     recorder = capture.Recorder(session, a.output, snapshot_every=a.snapshot_interval,
                                 record_events=a.record_events)
-    result = session.attach()
+    result = attach_or_explain(session)
     try:
         report_attached(session, result)
         recorder.start()
