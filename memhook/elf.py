@@ -27,7 +27,7 @@ HOOK_LIBRARY_NAME = "libmemhook_hook.so"
 ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                       ("value", "<u8"), ("size", "<u8")])
 STT_FUNC, STB_GLOBAL, STB_WEAK = 2, 1, 2
-HELPERS = {"dlerror", "__libc_dlopen_mode"}  # functions the agent calls, besides the hooks
+HELPERS = {"dlerror", "__libc_dlopen_mode", "munmap"}  # what the agent calls, besides the hooks
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Layout:
     dlopen: int        # function memhook calls to load its library
     dlopen_mode: int   # extra mode bits that function needs
     dlerror: int
+    munmap: int        # what a failed dlopen left mapped is unmapped with it
     hook_library_base: int  # a memhook library already loaded by an earlier attach, or 0
     hook_library_file: str
 
@@ -277,7 +278,8 @@ def scan(pid: int, exe_path: str) -> Layout:
         raise TargetError("cannot find dlopen in the target: is it linked against glibc?")
     own = next((o for o in objects if o.skip == "memhook's own library"), None)
     dlerror = libc.defined.get("dlerror", 0) if libc is not None else 0
-    return Layout(objects, real, dlopen, mode, dlerror, own.bias if own else 0,
+    munmap = libc.defined.get("munmap", 0) if libc is not None else 0
+    return Layout(objects, real, dlopen, mode, dlerror, munmap, own.bias if own else 0,
                   own.file if own else "")
 
 

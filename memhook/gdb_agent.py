@@ -136,6 +136,19 @@ def stop_at_allocator_entry(P):
     return int(gdb.parse_and_eval("$pc")) == P["malloc"]
 
 
+def unmap_leftovers(P):
+    """A dlopen that failed part-way (a segment it could not map) leaves the library's other
+    mappings behind: unmap every mapping of the copy, so the target keeps nothing of it."""
+    if not P["munmap"]:
+        return
+    with open("/proc/%d/maps" % P["pid"]) as f:
+        spans = [line.split()[0].split("-") for line in f
+                 if line.rstrip("\n").split(None, 5)[5:] in ([P["library"]],
+                                                              [P["library"] + " (deleted)"])]
+    for lo, hi in spans:
+        call("int(*)(long, long)", P["munmap"], int(lo, 16), int(hi, 16) - int(lo, 16))
+
+
 def do_attach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
@@ -148,9 +161,10 @@ def do_attach(P, out):
             handle = call("long(*)(long, int)", P["dlopen"], scratch.addrs[0], P["dlopen_mode"])
             if not handle:
                 err = call("long(*)(void)", P["dlerror"]) if P["dlerror"] else 0
-                raise RuntimeError("dlopen failed in the target: %s" % (
-                    bytes(INF.read_memory(err, 512)).split(b"\0")[0].decode(errors="replace")
-                    if err else "unknown error"))
+                why = (bytes(INF.read_memory(err, 512)).split(b"\0")[0].decode(errors="replace")
+                       if err else "unknown error")
+                unmap_leftovers(P)
+                raise RuntimeError("dlopen failed in the target: %s" % why)
             base = rd(handle)  # struct link_map starts with l_addr
             if rd(base, 4) != 0x464C457F:
                 raise RuntimeError("the hook library is not where dlopen said")

@@ -54,6 +54,7 @@ class AttachRequest:
     dlopen: int            # dlopen and dlerror in the target, and dlopen's mode
     dlerror: int
     dlopen_mode: int
+    munmap: int            # to unmap what a failed dlopen left of the library (0: unknown)
     malloc: int            # the real malloc: dlopen runs on a thread stopped at its entry
     entry_wait_s: float    # how long to wait for one
     libc_text: list        # [lo, hi]: a thread stopped here may hold an allocator lock

@@ -10,7 +10,7 @@ from importlib import resources
 from . import _native, elf, hooks, procfs
 from .inject import AttachRequest, DetachRequest, run_agent
 from .procfs import TargetError
-from .target_files import LibraryCopy, Segment, remove_stale
+from .target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .unwind_tables import UnwindTables
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
@@ -28,6 +28,8 @@ class Options:
     rings: int = 64
     abandon_after_s: float = 5.0  # the target unhooks itself when memhook is silent this long
     sample_rate: int = 0  # 0: every call; else mean bytes between sampled allocations
+    library_dir: str = ""  # where the target maps the hook library from ("": the first of
+                           # LIBRARY_DIRS not mounted noexec)
 
     @property
     def size_filter(self) -> bool:
@@ -126,7 +128,9 @@ class Session:
                                no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1",
                                unwind_bytes=self.unwind.area_bytes())
         self.unwind.publish(self.consumer, self.modules)
-        copy = None if base else LibraryCopy(self.info, library)
+        copy = None if base else LibraryCopy(
+            self.info, library, (self.options.library_dir,) if self.options.library_dir
+            else LIBRARY_DIRS)
         plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
         text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
         request = AttachRequest(
@@ -136,7 +140,7 @@ class Session:
                                                        self.options.size_filter)],
                     layout.real.get(s.hook_id, 0), plt[s.module], s.hook_id, s.readonly]
                    for s in layout.slots],
-            dlopen=layout.dlopen, dlerror=layout.dlerror,
+            dlopen=layout.dlopen, dlerror=layout.dlerror, munmap=layout.munmap,
             dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
             malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0), entry_wait_s=ENTRY_WAIT_S,
             libc_text=[r for n, r in text.items() if n.startswith("libc.so")],

@@ -9,6 +9,7 @@ directory: the target can read it, nobody but root can replace it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -116,13 +117,16 @@ HOOK_FILE = "libmemhook_hook.so"
 
 
 class LibraryCopy:
-    """The hook library, copied where the target can read it."""
+    """The hook library, copied where the target can map it: the first of `dirs` (paths as the
+    target sees its filesystem: its root, its mount namespace) that is not mounted noexec and
+    takes the file. Which one was used is `target_path`."""
 
-    def __init__(self, info: ProcessInfo, source: str):
+    def __init__(self, info: ProcessInfo, source: str, dirs=LIBRARY_DIRS):
         self.file = os.path.basename(source)
         self._parent = self._dir = None
         errors = []
-        for where in LIBRARY_DIRS:
+        for where in dirs:
+            where = where.strip("/")
             try:
                 self._create(info.pid, where, source)
             except OSError as e:
@@ -131,11 +135,17 @@ class LibraryCopy:
                 continue
             self.target_path = f"/{where}/{self._dirname}/{self.file}"
             return
-        raise TargetError("cannot place the hook library where the target can read it ("
-                          + "; ".join(errors) + ")")
+        raise TargetError("no directory the target can map the hook library from ("
+                          + "; ".join(errors) + "): name one with --library-dir DIR")
 
     def _create(self, pid: int, where: str, source: str) -> None:
-        self._parent = open_dir_in_root(pid, where)
+        parent = open_dir_in_root(pid, where)
+        # Checked here, not found out inside the target: a dlopen that fails to map a segment
+        # leaves the rest of the library mapped there.
+        if os.fstatvfs(parent).f_flag & os.ST_NOEXEC:
+            os.close(parent)
+            raise OSError(errno.EACCES, "mounted noexec")
+        self._parent = parent
         self._dirname = _name()
         os.mkdir(self._dirname, 0o700, dir_fd=self._parent)
         self._dir = os.open(self._dirname, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,

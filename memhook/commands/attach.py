@@ -46,6 +46,9 @@ def attach_parser() -> Parser:
                    "unsampled cost a countdown (default 0: trace every call)")
     p.add_argument("--record-events", action="store_true",
                    help="keep every event in the capture (for lifetime analyses)")
+    p.add_argument("--library-dir", metavar="DIR", default="",
+                   help="directory, as the target sees its filesystem, to load the hook library "
+                        "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
@@ -127,7 +130,7 @@ def run_attach(argv: list[str]) -> int:
     opts = Options(depth=a.depth, min_size=a.min_size,
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
                    ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
-                   sample_rate=a.sample_rate)
+                   sample_rate=a.sample_rate, library_dir=a.library_dir)
     try:
         opts.check()
     except ValueError as e:
