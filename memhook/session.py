@@ -145,18 +145,25 @@ class Session:
             malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0), entry_wait_s=ENTRY_WAIT_S,
             libc_text=[r for n, r in text.items() if n.startswith("libc.so")],
             loader_text=[(o.lo, o.hi) for o in layout.objects if o.skip == "the dynamic loader"])
+        # Draining from before the first hook can fire: the rings do not fill while GDB is
+        # still busy (on a loaded host, seconds), and the heartbeat runs.
+        self.consumer.start()
         try:
             for attempt in range(ATTACH_TRIES):
                 result = run_agent(request)
                 if not result.get("error", "").startswith("busy:") or attempt + 1 == ATTACH_TRIES:
                     break
                 time.sleep(0.05)  # every thread was mid-allocation: the moment passes
+        except BaseException:
+            self.consumer.stop()
+            raise
         finally:
             if copy:
                 copy.remove()
             self.segment.unlink()
         self.pause_ms["attach"] = result.get("paused_ms", 0.0)
         if "error" in result:
+            self.consumer.stop()
             raise TargetError(result["error"])
         self.lib_base = result["lib_base"]
         self.patched = result["patched"]
@@ -172,7 +179,6 @@ class Session:
                             lo <= value < hi and (path, by_addr[addr].symbol) in hooked
                             for lo, hi, path in plts))]
         self.started_at = time.time()
-        self.consumer.start()
         self.poll_loads(force=True)
         return result
 
