@@ -88,7 +88,8 @@ def block(kind: bytes, payload: bytes) -> bytes:
 
 
 @FUZZ
-@given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"TSER", b"EVTS", b"BEHV", b"LIVE"]),
+@given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"AGGD", b"TSER", b"EVTS", b"BEHV",
+                        b"LIVE"]),
        st.binary(max_size=2048))
 def test_well_framed_garbage_blocks(tmp_path, kind, payload):
     """Checksums right, contents wrong: the block decoders must refuse, not crash."""
@@ -97,11 +98,11 @@ def test_well_framed_garbage_blocks(tmp_path, kind, payload):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("first", "offsets", "frames")
+@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("id", "first", "offsets", "frames")
                                        + capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_PAIRS
                                        + capture.LIVE_COLUMNS),
                        st.lists(st.integers(0, 2**64 - 1), max_size=6), max_size=12),
-       st.sampled_from([b"STKS", b"AGGR", b"TSER", b"BEHV", b"LIVE"]))
+       st.sampled_from([b"STKS", b"AGGR", b"AGGD", b"TSER", b"BEHV", b"LIVE"]))
 def test_array_blocks_with_wrong_shapes(tmp_path, arrays, kind):
     import io
     buf = io.BytesIO()
@@ -137,8 +138,9 @@ def test_format_spec_names_what_the_code_writes():
     from pathlib import Path
     spec = (Path(__file__).parent.parent / "docs" / "capture-format.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
-    assert set(rows) == {"META", "MODS", "STKS", "AGGR", "TSER", "EVTS", "BEHV", "LIVE", "END "}
-    columns = {"AGGR": capture.SITE_COLUMNS,
+    assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
+                         "END "}
+    columns = {"AGGR": capture.SITE_COLUMNS, "AGGD": ("id",) + capture.SITE_COLUMNS,
                "TSER": capture.SERIES_COLUMNS + capture.MEMORY_COLUMNS,
                "LIVE": capture.LIVE_COLUMNS,
                "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS + capture.BEHAVIOUR_PAIRS,
