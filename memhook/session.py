@@ -85,6 +85,7 @@ class Session:
     segment: Segment | None = None
     unwind: UnwindTables = field(default_factory=UnwindTables)
     loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
+    published_modules: frozenset = frozenset()  # the module keys that index covers
 
     @property
     def consumer(self):
@@ -128,6 +129,7 @@ class Session:
                                no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1",
                                unwind_bytes=self.unwind.area_bytes())
         self.unwind.publish(self.consumer, self.modules)
+        self.published_modules = frozenset(self.modules)
         copy = None if base else LibraryCopy(
             self.info, library, (self.options.library_dir,) if self.options.library_dir
             else LIBRARY_DIRS)
@@ -179,14 +181,17 @@ class Session:
                             lo <= value < hi and (path, by_addr[addr].symbol) in hooked
                             for lo, hi, path in plts))]
         self.started_at = time.time()
-        self.poll_loads(force=True)
+        self.poll_loads(rescan=True)
         return result
 
-    def poll_loads(self, force: bool = False) -> bool:
+    def poll_loads(self, rescan: bool = False) -> bool:
         """Libraries the target loaded or unloaded since the last call: their unwind rows built
-        and the hooks' index published again. Cheap when nothing changed (one shared word)."""
+        and the hooks' index published again. Cheap when the dlopen hook counted nothing (one
+        shared word); `rescan` reads the maps all the same, for libraries loaded some other way
+        (glibc's own loads, dlmopen). Publishes only when the mapped objects changed: a new
+        index empties the recent stacks."""
         loads = self.consumer.loads()
-        if loads == self.loads_seen and not force:
+        if loads == self.loads_seen and not rescan:
             return False
         self.loads_seen = loads
         try:
@@ -194,8 +199,12 @@ class Session:
             mapped = {(m.start, m.path) for m in procfs.read_maps(self.pid) if m.offset == 0}
         except OSError:
             return False
+        keys = frozenset(k for k in self.modules if k in mapped)
+        if keys == self.published_modules:
+            return False
         self.unwind.add(self.modules)
-        self.unwind.publish(self.consumer, {k: m for k, m in self.modules.items() if k in mapped})
+        self.unwind.publish(self.consumer, {k: m for k, m in self.modules.items() if k in keys})
+        self.published_modules = keys
         return True
 
     def _refuse_if_attached(self, layout) -> None:

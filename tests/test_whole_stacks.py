@@ -167,6 +167,28 @@ def test_main_found_in_stripped_executable(tmp_path, pie):
     assert marked and marked[0] == want
 
 
+def test_library_loaded_without_the_dlopen_hook(tmp_path):
+    """A library loaded by dlmopen (as glibc loads NSS and iconv modules: no dlopen hook sees
+    it) gets its rows from memhook's periodic look at the maps: a leak in it a few seconds
+    later has its whole stack."""
+    exe = build_pair(tmp_path, FRAMELESS)
+    target = Target(exe)
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        target.command(f"dlmopen {exe.parent / 'libframeless_plugin.so'}")
+        time.sleep(4.0)  # memhook reads the maps every 2 s
+        target.command("plugin 557")
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    leak = next(s for s in report["sites"] if s["outstanding_bytes"] == 557)
+    names = [f["function"] or "" for f in leak["frames"] if not f.get("inlined")]
+    assert [n.split("(")[0] for n in names[1:5]] == [
+        "lib_step3", "lib_step2", "lib_step1", "lib_leak_strdup"], names
+    assert names[-1] == "main" and "[no unwind info]" not in names, names
+
+
 def random_rows(rng, lo: int, hi: int, n: int) -> bytes:
     """n rows over link-time addresses [lo, hi): sorted starts, any rule at all (kinds memhook
     never writes, CFA offsets up to 512 KiB, rbp slots anywhere, the `last` bit)."""
@@ -230,7 +252,7 @@ def test_random_rows_never_harm_the_target(tmp_path):
         # The real rows again, and a library loaded after them: its leak has its whole stack.
         session.unwind.publish(session.consumer, session.modules)
         target.command(f"dlopen {exe.parent / 'libframeless_plugin.so'}")
-        session.poll_loads(force=True)
+        session.poll_loads(rescan=True)
         target.command("plugin 555")
         deadline = time.time() + 10
         while time.time() < deadline:

@@ -71,6 +71,9 @@ def report_attached(session, result: dict) -> None:
               f"{held}, not {slot.symbol} itself", file=sys.stderr)
 
 
+RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
+
+
 def follow(session, recorder, a, stop: dict) -> None:
     """Until Ctrl-C, --duration or the target's exit: sample, record and show, every interval."""
     from .. import elf
@@ -80,11 +83,15 @@ def follow(session, recorder, a, stop: dict) -> None:
     t0 = time.monotonic()
     next_tick = t0 + a.interval
     first_checkpoint = t0 + min(1.0, a.interval)  # a capture cut off early still holds something
+    next_rescan = t0 + RESCAN_S
     while not stop["reason"]:
         time.sleep(0.05)
         now = time.monotonic()
         alive = session.target_alive()
-        if alive and session.poll_loads():
+        rescan = now >= next_rescan
+        if rescan:
+            next_rescan = now + RESCAN_S
+        if alive and session.poll_loads(rescan):
             symbolizer.set_modules(session.modules.values())
         if not alive:
             stop["reason"] = "target exited"

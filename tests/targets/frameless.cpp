@@ -6,6 +6,7 @@
  *   signal N   a SIGUSR1 handler on an alternate stack leaks strdup(N - 1 chars)
  *   dlopen PATH | plugin N                 load a (frameless) library later, then leak in it
  *   dlleak PATH N   load it and leak in it at once (before memhook can have its rows)
+ *   dlmopen PATH    load it with dlmopen (in the base namespace): no dlopen hook sees it
  *   jit N | jitbare N   leak N bytes from code in anonymous memory (JIT code, no unwind
  *                       information) that keeps a frame pointer, or that zeroes rbp
  * Everything leaked is kept: the report's bytes are known. */
@@ -179,6 +180,10 @@ int main() {
       void* h = dlopen(path, RTLD_NOW);
       plugin_leak = h ? (void (*)(int))dlsym(h, "lib_leak_strdup") : NULL;
       if (plugin_leak) Chain<8>::run(leak_plugin, n);
+    } else if (!strcmp(word, "dlmopen") && sscanf(cmd, "%*s %3999s", path) == 1) {
+      void* h = dlmopen(LM_ID_BASE, path, RTLD_NOW);
+      plugin_leak = h ? (void (*)(int))dlsym(h, "lib_leak_strdup") : NULL;
+      if (!plugin_leak) printf("dlmopen failed: %s\n", dlerror());
     } else if (!strcmp(word, "dlopen") && sscanf(cmd, "%*s %3999s", path) == 1) {
       void* h = dlopen(path, RTLD_NOW);
       plugin_leak = h ? (void (*)(int))dlsym(h, "lib_leak_strdup") : NULL;
