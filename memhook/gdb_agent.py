@@ -216,6 +216,10 @@ def do_detach(P, out):
 def main(P):
     global INF
     out = {}
+    try:  # read now, while the target runs, not inside the attach
+        gdb.execute("file /proc/%d/exe" % P["pid"], to_string=True)
+    except gdb.error:
+        pass  # the attach will say why
     t0 = time.monotonic()
     try:
         gdb.execute("attach %d" % P["pid"], to_string=True)

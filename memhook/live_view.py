@@ -4,6 +4,8 @@ from __future__ import annotations
 import shutil
 import time
 
+from .procfs import one_line
+
 
 class LiveView:
     """What memhook shows while attached: on a terminal a table redrawn in place (top-like),
@@ -54,7 +56,7 @@ class LiveView:
         elapsed = int(now - self.t0)
         return ([f"memhook  PID {self.session.pid}  attached "
                  f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "
-                 f"[{stamp}]  Ctrl-C detaches  {self.session.info.command}", head, "",
+                 f"[{stamp}]  Ctrl-C detaches  {one_line(self.session.info.command)}", head, "",
                  f"{'OUTSTANDING':>12}  {'GROWTH':>14}  WHERE"]
                 + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows])
 

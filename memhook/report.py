@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import analysis, hooks
+from .procfs import one_line
 from .capture import MEMORY_COLUMNS, SERIES_COLUMNS, Capture
 from .symbolize import Symbolizer
 
@@ -165,7 +166,7 @@ def frame_text(f: dict) -> str:
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     lines = [
-        f"memhook report: PID {report['pid']} ({report['command']}), "
+        f"memhook report: PID {report['pid']} ({one_line(str(report['command']))}), "
         f"{report['duration_s']} s traced" + (" [capture cut off]" if report.get("incomplete")
                                               else ""),
         f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "

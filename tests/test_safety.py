@@ -1,5 +1,6 @@
 """The target survives memhook: killed, forked, exec'd, attached twice."""
 import contextlib
+import shutil
 import os
 import signal
 import subprocess
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import (Memhook, assert_restored, build, memhook_cmd, one_line_error, site,
+from conftest import (TARGETS, Memhook, assert_restored, build, memhook_cmd, one_line_error, site,
                       slot_values)
 
 
@@ -289,3 +290,39 @@ def test_operator_new_array_as_a_threads_first_event(tmp_path, targets):
         assert [(s["alloc_count"], s["outstanding_bytes"]) for s in sites] == [(8, 800), (8000, 0)]
         assert all(s["operations"] == ["operator new[]"] for s in sites)
     assert target.finish() == 0
+
+
+def test_gdb_reads_no_library_while_the_target_is_stopped(tmp_path, targets):
+    """What GDB reads while the target is stopped is what the target waits for: memhook has it
+    read the executable before it attaches and no shared library at all (10-80 ms on real
+    programs). GDB runs with a preloaded shim that logs, in order, each file it opened and
+    each ptrace attach and detach."""
+    shim = tmp_path / "gdb_opens.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(shim),
+                    str(TARGETS / "gdb_opens.c"), "-ldl"], check=True, capture_output=True)
+    bindir, log = tmp_path / "bin", tmp_path / "opens.log"
+    bindir.mkdir()
+    (bindir / "gdb").write_text(f'#!/bin/sh\nLD_PRELOAD={shim} exec {shutil.which("gdb")} "$@"\n')
+    (bindir / "gdb").chmod(0o755)
+    exe = build(tmp_path, "lifecycle.c")
+    target = targets(exe, "/nonexistent.so")
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", GDB_OPENS_LOG=str(log))
+    mh = subprocess.run(memhook_cmd("-p", target.pid, "--no-live", "--duration", "0.5"),
+                        env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    assert mh.returncode == 0, mh.stderr
+    target.command("go")  # still answers
+
+    runs: dict[str, list] = {}  # GDB's PID -> its events
+    for line in log.read_text().splitlines():
+        pid, what, path = (line.split(" ", 2) + [""])[:3]
+        runs.setdefault(pid, []).append((what, path))
+    paused = [e for e in runs.values() if any(w == "attach" for w, _ in e)]
+    assert len(paused) == 2, runs.keys()  # the attach and the detach
+    for events in paused:
+        first = next(i for i, (w, _) in enumerate(events) if w == "attach")
+        last = max(i for i, (w, _) in enumerate(events) if w == "detach")
+        during = [p for w, p in events[first:last] if w == "open"
+                  and not p.startswith(("/proc/", "/dev/", "/sys/"))]
+        assert not [p for p in during if p != str(exe)], during
+    before = [p for w, p in paused[0] if w == "open"][:paused[0].index(("attach", ""))]
+    assert str(exe) in before

@@ -8,6 +8,7 @@ import time
 
 from .. import __version__
 from ..live_view import LiveView
+from ..procfs import one_line
 from ..session import MAX_SIZE, Options
 from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, pid_arg, positive_float,
                         size_arg)
@@ -57,7 +58,7 @@ def attach_parser() -> Parser:
 
 def report_attached(session, result: dict) -> None:
     late = result.get("late", 0)
-    print(f"memhook: attached to PID {session.pid} ({session.info.command}): "
+    print(f"memhook: attached to PID {session.pid} ({one_line(session.info.command)}): "
           f"{len(session.patched)} slots patched"
           + (f", {late} in libraries loaded meanwhile" if late else "")
           + (f", {len(session.skipped)} left alone" if session.skipped else "")
