@@ -26,6 +26,9 @@ BLOCK = struct.Struct("<4sIQ")
 MAX_BLOCK = 1 << 32
 SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
                 "outstanding_bytes", "op_mask")
+# Since the dropped-free reconciliation (0 where a capture has none): outstanding blocks and
+# bytes per stack that may have been freed unrecorded.
+UNCERTAIN_COLUMNS = ("uncertain_count", "uncertain_bytes")
 SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
                   "free_count", "dropped_events")
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
@@ -185,6 +188,10 @@ def _checked_modules(mods) -> list:
     return mods
 
 
+def _site_columns(names: set) -> bool:
+    return set(SITE_COLUMNS) <= names <= set(SITE_COLUMNS + UNCERTAIN_COLUMNS)
+
+
 def _load_npz(payload: bytes) -> dict:
     with np.load(io.BytesIO(payload), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
@@ -216,18 +223,19 @@ class _Assembly:
             self.stacks += len(offsets) - 1
         elif kind == b"AGGR":
             z = _load_npz(payload)
-            if set(z) != set(SITE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
+            if not _site_columns(set(z)) or len({len(v) for v in z.values()}) != 1:
                 raise ValueError("aggregate columns do not match")
             self.cap.sites = {k: v.astype(np.uint64) for k, v in z.items()}
         elif kind == b"AGGD":  # a checkpoint: the rows of stacks that changed since the last
             z = _load_npz(payload)
-            if set(z) != {"id", *SITE_COLUMNS} or len({len(v) for v in z.values()}) != 1:
+            if not _site_columns(set(z) - {"id"}) or "id" not in z or \
+                    len({len(v) for v in z.values()}) != 1:
                 raise ValueError("aggregate columns do not match")
             ids = z["id"].astype(np.int64)
             if len(ids) and (ids.min() < 0 or ids.max() >= self.stacks):
                 raise ValueError("aggregates name stacks the capture does not hold")
             n = max(len(next(iter(self.cap.sites.values()), [])), int(ids.max(initial=-1)) + 1)
-            for k in SITE_COLUMNS:
+            for k in set(z) - {"id"}:
                 col = self.cap.sites.get(k, np.zeros(0, np.uint64))
                 col = np.concatenate([col, np.zeros(n - len(col), np.uint64)])
                 col[ids] = z[k].astype(np.uint64)
@@ -265,12 +273,12 @@ class _Assembly:
         cap.stack_frames = (np.concatenate(self.frames) if self.frames
                             else np.zeros(0, np.uint64))
         n = cap.stack_count  # stack ids count from 0, the "no stack" row
-        have = len(next(iter(cap.sites.values()))) if cap.sites else 0
-        if have > n:
+        if max((len(v) for v in cap.sites.values()), default=0) > n:
             raise CaptureError(f"{path}: aggregates name stacks the capture does not hold")
         # Stacks that appeared after the last snapshot have no aggregates yet: zeros.
-        cap.sites = {k: np.concatenate([cap.sites.get(k, np.zeros(0, np.uint64)),
-                                        np.zeros(n - have, np.uint64)]) for k in SITE_COLUMNS}
+        cap.sites = {k: np.concatenate([col, np.zeros(n - len(col), np.uint64)])
+                     for k in SITE_COLUMNS + UNCERTAIN_COLUMNS
+                     for col in [cap.sites.get(k, np.zeros(0, np.uint64))]}
         b = cap.behaviour
         if b is not None:
             have = len(b["temporary"])

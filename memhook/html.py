@@ -7,7 +7,7 @@ import json
 
 from . import plots
 from .capture import Capture
-from .report import frame_text, human_bytes
+from .report import dropped_frees_lines, frame_text, human_bytes
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -88,6 +88,8 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
                          ("dropped events", f"{t['dropped_events']} (frees among them: "
                                             f"{t['dropped_frees']})")):
         parts.append(f"<tr><th>{label}</th><td>{value}</td></tr>")
+    for line in dropped_frees_lines(t):
+        parts.append(f"<tr><th></th><td>{html.escape(line.strip())}</td></tr>")
     pm = report.get("process_memory")
     if pm:
         parts.append(f"<tr><th>process</th><td>resident {human_bytes(pm['rss_bytes'])}, "

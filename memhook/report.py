@@ -11,14 +11,15 @@ import numpy as np
 
 from . import analysis, hooks
 from .procfs import one_line
-from .capture import MEMORY_COLUMNS, SERIES_COLUMNS, Capture
+from .capture import MEMORY_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture
 from .symbolize import Symbolizer
 
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
              "outstanding_bytes")
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
               "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
-              "unordered_events", "sample_rate", "sampled_allocations")
+              "unordered_events", "sample_rate", "sampled_allocations", "reconciled_frees",
+              "uncertain_count", "uncertain_bytes", "dropped_frees_unchecked")
 WEIGHTS = {"outstanding": "outstanding_bytes", "allocated": "alloc_bytes", "count": "alloc_count"}
 
 
@@ -96,7 +97,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         frames = site_frames(cap, int(i), symbolizer)
         if not filters.keep(frames):
             continue
-        site = {k: int(cap.sites[k][i]) for k in SITE_KEYS}
+        site = {k: int(cap.sites[k][i]) for k in SITE_KEYS + UNCERTAIN_COLUMNS}
         site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
         site["frames"] = frames
         sites.append(site)
@@ -104,7 +105,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
             break
     progress.done()
     meta = cap.meta
-    totals = meta.get("totals", {})
+    # Captures from before the reconciliation checked no dropped free.
+    totals = {"dropped_frees_unchecked": meta.get("totals", {}).get("dropped_frees", 0),
+              **meta.get("totals", {})}
     report = {
         "memhook_report": 1, "pid": meta.get("pid"), "command": meta.get("command"),
         "duration_s": meta.get("duration_s"),
@@ -163,6 +166,23 @@ def frame_text(f: dict) -> str:
     return where
 
 
+def dropped_frees_lines(t: dict) -> list[str]:
+    """What became of the frees the hooks dropped (ring full): none is a leak unsaid."""
+    if not t["dropped_frees"]:
+        return []
+    if t.get("dropped_frees_unchecked"):
+        return [f"  {t['dropped_frees']} of the dropped events were frees, not checked (the "
+                "target had exited, or the capture was cut off): up to that many blocks counted "
+                "as outstanding may have been freed"]
+    line = (f"  {t['dropped_frees']} of the dropped events were frees: the target's address "
+            f"table showed {t['reconciled_frees']} outstanding blocks freed (no longer counted)")
+    if t.get("uncertain_count"):
+        return [line + ";", f"  uncertain: {t['uncertain_count']} outstanding blocks, "
+                f"{human_bytes(t['uncertain_bytes'])}, may have been freed (their table entries "
+                "were reused): marked per stack"]
+    return [line + "; every other outstanding block is live"]
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     lines = [
@@ -176,9 +196,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
         f"dropped events: {t['dropped_events']}",
     ]
-    if t["dropped_frees"]:
-        lines.append(f"  {t['dropped_frees']} of the dropped events were frees: up to that many "
-                     "blocks counted as outstanding may have been freed")
+    lines += dropped_frees_lines(t)
     if t.get("sample_rate"):
         lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")
@@ -214,7 +232,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     for n, s in enumerate(leaking, 1):
         lines.append(f"#{n} {s['outstanding_bytes']} bytes in {s['outstanding_count']} blocks "
                      f"({s['alloc_count']} allocated, {s['free_count']} freed) "
-                     f"[{', '.join(s['operations'])}]")
+                     f"[{', '.join(s['operations'])}]"
+                     + (f"; uncertain: {s['uncertain_bytes']} bytes in {s['uncertain_count']} "
+                        "blocks may have been freed" if s.get("uncertain_count") else ""))
         for f in s["frames"][:frames]:
             lines.append(f"      {frame_text(f)}")
         if len(s["frames"]) > frames:

@@ -265,7 +265,24 @@ class Session:
             time.sleep(0.001)
         self.consumer.stop()
         self.consumer.drain(final=True)
+        self._reconcile()
         self.consumer.release_rings()
+
+    def _reconcile(self) -> None:
+        """Frees the hooks dropped: the blocks they freed, found in the target's address table
+        (Consumer::reconcile), are no longer outstanding. Where the table cannot be read (the
+        target exited or exec'd), totals say how many dropped frees went unchecked."""
+        if not self.consumer.totals()["dropped_frees"]:
+            return
+        try:  # the fd stays with this process, whatever happens to the PID afterwards
+            fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if self.target_alive() and self._library_still_mapped():
+                self.consumer.reconcile(fd)
+        finally:
+            os.close(fd)
 
     def metadata(self) -> dict:
         from . import __version__

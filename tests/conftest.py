@@ -115,9 +115,10 @@ def run_memhook(*args, timeout=120) -> subprocess.CompletedProcess:
 class Memhook:
     """`memhook -p PID -o CAPTURE --no-live` running until stop()."""
 
-    def __init__(self, pid: int, tmp_path: Path, *args):
+    def __init__(self, pid: int, tmp_path: Path, *args, nice: int = 0):
         self.capture = tmp_path / f"capture-{pid}-{time.monotonic_ns()}.mh"
-        self.proc = subprocess.Popen(memhook_cmd("-p", pid, "--no-live", "-o", self.capture,
+        self.proc = subprocess.Popen(["nice", "-n", str(nice)] * bool(nice) +
+                                     memhook_cmd("-p", pid, "--no-live", "-o", self.capture,
                                                  *args),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      cwd="/")

@@ -116,7 +116,9 @@ def consistent(totals, frames, live):
     assert SENTINEL not in frames, "a frame was read from outside a ring"
     assert SENTINEL & PTR_MASK not in live, "a pointer was read from outside a ring"
     assert totals["outstanding_count"] == len(live)
-    assert totals["alloc_count"] - totals["free_count"] - totals["replaced_live_count"] == len(live)
+    # A block allocated again at its address was freed unrecorded: it counts as freed.
+    assert totals["alloc_count"] - totals["free_count"] == len(live)
+    assert totals["replaced_live_count"] <= totals["free_count"]
 
 
 def test_hand_written_rings_exactly(segment):

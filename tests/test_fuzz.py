@@ -98,7 +98,8 @@ def test_well_framed_garbage_blocks(tmp_path, kind, payload):
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + ("id", "first", "offsets", "frames")
+@given(st.dictionaries(st.sampled_from(capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS
+                                       + ("id", "first", "offsets", "frames")
                                        + capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_PAIRS
                                        + capture.LIVE_COLUMNS),
                        st.lists(st.integers(0, 2**64 - 1), max_size=6), max_size=12),
@@ -140,7 +141,8 @@ def test_format_spec_names_what_the_code_writes():
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
     assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
                          "END "}
-    columns = {"AGGR": capture.SITE_COLUMNS, "AGGD": ("id",) + capture.SITE_COLUMNS,
+    sites = capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS
+    columns = {"AGGR": sites, "AGGD": ("id",) + sites,
                "TSER": capture.SERIES_COLUMNS + capture.MEMORY_COLUMNS,
                "LIVE": capture.LIVE_COLUMNS,
                "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS + capture.BEHAVIOUR_PAIRS,

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from conftest import (TARGETS, Memhook, assert_restored, build, memhook_cmd, one_line_error, site,
-                      slot_values)
+from conftest import (TARGETS, Memhook, assert_restored, build, memhook_cmd, one_line_error,
+                      run_memhook, site, slot_values)
 
 
 def killed_once_attached(pid: int, unhook_after: str) -> None:
@@ -225,6 +225,39 @@ def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
     assert t["dropped_frees"] == 0
     assert flood["outstanding_bytes"] == 16 * flood["alloc_count"]
     assert t["outstanding_bytes"] == flood["outstanding_bytes"]
+    assert target.finish() == 0
+
+
+@pytest.mark.parametrize("release", ["release_many", "regrow_many"])
+def test_dropped_frees_are_not_leaks(tmp_path, targets, release):
+    """A free the full ring has no room for is dropped, but the block it freed is not reported
+    as outstanding: the hook marks the pointer freed in the address table, and at detach
+    memhook reads the table and applies the free. 2,000 held blocks are freed (or moved by
+    realloc) while memhook is stopped and the ring is full: most frees are dropped, none of
+    the blocks stays outstanding, and the leak beside them is exact."""
+    target = targets(build(tmp_path, "lifecycle.c"))
+    mh = Memhook(target.pid, tmp_path, "--ring-size", "64KiB")  # 8 KiB kept for frees
+    target.command("hold_many")  # 2,000 blocks of 40 bytes
+    mh.proc.send_signal(signal.SIGSTOP)  # the consumer stops draining
+    try:
+        wait_stopped(mh.proc.pid)
+        target.command("flood")  # fills the ring but for its free headroom
+        target.command(release)  # 2,000 frees: 512 fit, at most
+    finally:
+        mh.proc.send_signal(signal.SIGCONT)
+    report = mh.stop()
+    t = report["totals"]
+    many = site(report, "hold_many")
+    assert many["alloc_count"] == 2000
+    assert t["dropped_frees"] >= 2000 - 512, t
+    assert t["reconciled_frees"] == t["dropped_frees"], t
+    assert (many["outstanding_bytes"], many["free_count"]) == (0, 2000), many
+    assert (t["uncertain_count"], t["dropped_frees_unchecked"]) == (0, 0), t
+    flood = site(report, "flood_leak")
+    assert t["outstanding_bytes"] == flood["outstanding_bytes"] == 16 * flood["alloc_count"]
+    text = run_memhook("report", mh.capture).stdout
+    assert f"the target's address table showed {t['reconciled_frees']} outstanding blocks " \
+           "freed" in text, text
     assert target.finish() == 0
 
 

@@ -19,7 +19,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 10;
+constexpr uint32_t kVersion = 11;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
@@ -88,6 +88,7 @@ struct alignas(64) Control {
   uint32_t nlate;  // `late` entries in use
   uint32_t loads;  // libraries the target loaded since attach: memhook builds their unwind rows
   uint32_t pad2;
+  uint64_t table;  // the address table in the target: memhook reads it at detach (reconcile)
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
   uint64_t dropped_frees_no_ring;        // of which frees
   alignas(64) PatchedSlot late[kMaxLateSlots];

@@ -49,9 +49,16 @@ struct Site {
   // freed before its thread allocated anything else.
   uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
   uint64_t freed_same_call = 0;  // freed while the allocating call was still active
+  // Outstanding blocks that may have been freed: their frees may have been dropped, and the
+  // address table could not tell (Aggregates::reconcile).
+  uint64_t uncertain_count = 0, uncertain_bytes = 0;
   // Sampling mode: each sampled block stands for 1/P blocks (P its chance of being sampled).
   double est_alloc_count = 0, est_alloc_bytes = 0, est_free_count = 0, est_free_bytes = 0;
+  double est_uncertain_count = 0, est_uncertain_bytes = 0;
 };
+
+// What the address table says of a live block's pointer (reconcile).
+enum class TableSays { kLive, kFreed, kUnknown };
 
 constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
 inline int log2_bucket(uint64_t v) { return v ? std::min(63 - __builtin_clzll(v), kBuckets - 1) : 0; }
@@ -88,11 +95,7 @@ class Aggregates {
       }
       if (record_events_) log_.push_back({e.ts, e.ptr, b->size, b->stack, e.tid, e.op, 1, {}});
       Site& s = sites_[b->stack];
-      s.free_count++;
-      s.free_bytes += b->size;
-      add_estimate(s.est_free_count, s.est_free_bytes, b->size);
-      s.out_count--;
-      s.out_bytes -= b->size;
+      count_free(s, b->size);
       if (b->tid == e.tid) {
         s.freed_same_thread++;
         if (b->call_seq && b->call_index < calls.calls.size() &&
@@ -113,11 +116,9 @@ class Aggregates {
     bool inserted;
     LiveMap::Block* b = live_.insert(e.ptr, &inserted);
     if (!inserted) {
-      // The block's free was lost (dropped): it cannot still be outstanding.
-      Site& old = sites_[b->stack];
-      old.out_count--;
-      old.out_bytes -= b->size;
-      add_estimate(old.est_free_count, old.est_free_bytes, b->size);
+      // The block's free was lost (dropped): it cannot still be outstanding. (The allocation
+      // depends on the block's own, through the address table, so it comes after it.)
+      count_free(sites_[b->stack], b->size);
       replaced_live_++;
     }
     b->stack = e.stack;
@@ -146,6 +147,34 @@ class Aggregates {
     s.op_mask |= uint64_t(1) << e.op;
   }
 
+  // After the last event, when frees were dropped: `says(ptr)` is what the target's address table
+  // holds for each live block. A block whose entry says freed was freed without a record: it is
+  // applied as a free (no lifetime: when is unknown). One whose entry another pointer has taken
+  // since cannot be told apart from a block still live: it stays outstanding, counted as
+  // uncertain on its stack.
+  template <class F>
+  void reconcile(F says) {
+    std::vector<uint64_t> freed;
+    for (const LiveMap::Block& b : live_.entries()) {
+      if (!b.key) continue;
+      const TableSays s = says(b.key);
+      if (s == TableSays::kFreed) {
+        freed.push_back(b.key);
+      } else if (s == TableSays::kUnknown) {
+        Site& site = sites_[b.stack];
+        site.uncertain_count++;
+        site.uncertain_bytes += b.size;
+        add_estimate(site.est_uncertain_count, site.est_uncertain_bytes, b.size);
+      }
+    }
+    for (uint64_t p : freed) {
+      LiveMap::Block* b = live_.find(p);
+      count_free(sites_[b->stack], b->size);
+      live_.erase(b);
+    }
+    reconciled_frees_ += freed.size();
+  }
+
   // A site's counts, estimated from the samples in sampling mode (exact otherwise).
   Site estimated(const Site& s) const {
     if (sample_rate_ <= 0) return s;
@@ -157,6 +186,8 @@ class Aggregates {
     e.free_bytes = whole(s.est_free_bytes);
     e.out_count = whole(s.est_alloc_count - s.est_free_count);
     e.out_bytes = whole(s.est_alloc_bytes - s.est_free_bytes);
+    e.uncertain_count = whole(s.est_uncertain_count);
+    e.uncertain_bytes = whole(s.est_uncertain_bytes);
     return e;
   }
 
@@ -170,6 +201,7 @@ class Aggregates {
   }
   uint64_t unknown_frees() const { return unknown_frees_; }
   uint64_t replaced_live() const { return replaced_live_; }
+  uint64_t reconciled_frees() const { return reconciled_frees_; }
   double sample_rate() const { return sample_rate_; }
 
   void record_events(bool on) { record_events_ = on; }
@@ -214,6 +246,14 @@ class Aggregates {
     return c;
   }
 
+  void count_free(Site& s, uint64_t size) {
+    s.free_count++;
+    s.free_bytes += size;
+    add_estimate(s.est_free_count, s.est_free_bytes, size);
+    s.out_count--;
+    s.out_bytes -= size;
+  }
+
   // Sampling mode: a sampled block of `size` stands for 1 / P(sampled) blocks in the estimates
   // (unused, and not kept, when every call is traced).
   void add_estimate(double& count, double& bytes, uint64_t size) const {
@@ -227,7 +267,7 @@ class Aggregates {
   std::vector<Site> sites_;
   std::vector<uint64_t> size_hist_, life_hist_;  // kBuckets per stack
   LiveMap live_;
-  uint64_t unknown_frees_ = 0, replaced_live_ = 0;
+  uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0;
   std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kPerThread, LastAlloc{0, 0});
   std::vector<ThreadCalls> thread_calls_ = std::vector<ThreadCalls>(kPerThread);
   std::unordered_map<ThreadPair, uint64_t, ThreadPairHash> thread_pairs_;

@@ -60,6 +60,8 @@ py::dict totals(const Consumer& c) {
     t.free_bytes += s.free_bytes;
     t.out_count += s.out_count;
     t.out_bytes += s.out_bytes;
+    t.uncertain_count += s.uncertain_count;
+    t.uncertain_bytes += s.uncertain_bytes;
   }
   py::dict d;
   d["alloc_count"] = t.alloc_count;
@@ -73,6 +75,10 @@ py::dict totals(const Consumer& c) {
   d["dropped_events"] = dropped.events;
   d["dropped_frees"] = dropped.frees;
   d["replaced_live_count"] = a.replaced_live();
+  d["reconciled_frees"] = a.reconciled_frees();
+  d["dropped_frees_unchecked"] = c.reconciled() ? 0 : dropped.frees;
+  d["uncertain_count"] = t.uncertain_count;
+  d["uncertain_bytes"] = t.uncertain_bytes;
   d["events"] = c.applied();
   d["unordered_events"] = c.unordered();
   d["sample_rate"] = (uint64_t)a.sample_rate();
@@ -86,9 +92,10 @@ py::dict sites(const Consumer& c) {
   py::dict d;
   site_columns(c.aggregates(), d,
                {"alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
-                "outstanding_bytes", "op_mask"},
+                "outstanding_bytes", "op_mask", "uncertain_count", "uncertain_bytes"},
                {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count, &Site::free_bytes,
-                &Site::out_count, &Site::out_bytes, &Site::op_mask});
+                &Site::out_count, &Site::out_bytes, &Site::op_mask, &Site::uncertain_count,
+                &Site::uncertain_bytes});
   return d;
 }
 
@@ -315,6 +322,7 @@ PYBIND11_MODULE(_native, m) {
       .def("start", &Consumer::start, py::arg("busy_us") = 1000, py::arg("idle_us") = 10000)
       .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
       .def("totals", &totals)
+      .def("reconcile", &Consumer::reconcile, py::arg("mem_fd"))
       .def("loads", &Consumer::loads)
       .def("unwind_add_rows", &add_rows, py::arg("rows"),
            "Append rows to the segment's unwind area; returns the first's index.")

@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "aggregates.h"
 #include "clock.h"
@@ -92,6 +94,36 @@ class Consumer {
     busy_ns_ += monotonic_ns() - t0;
     return n;
   }
+
+  // After the final drain, when frees were dropped: the address table's entry for every live
+  // block, read from the target (`mem_fd`: its /proc/PID/mem) one page at a time, reconciles
+  // the aggregates (Aggregates::reconcile). False, and nothing changed, when the table cannot
+  // be read (the target has exited, or its hook library predates Control::table).
+  bool reconcile(int mem_fd) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t table = ctl_->table;
+    if (!table) return false;
+    constexpr uint64_t kPerPage = 4096 / 8;
+    std::unordered_map<uint64_t, std::vector<uint64_t>> pages;  // page number -> its entries
+    for (const LiveMap::Block& b : aggregates().live().entries()) {
+      if (!b.key) continue;
+      const uint64_t page = table_index(b.key).index / kPerPage;
+      if (pages.count(page)) continue;
+      std::vector<uint64_t>& words = pages[page];
+      words.resize(kPerPage);
+      if (pread(mem_fd, words.data(), 4096, (off_t)(table + page * 4096)) != 4096) return false;
+    }
+    aggregates().reconcile([&](uint64_t p) {
+      const TableIndex ti = table_index(p);
+      const uint64_t e = pages[ti.index / kPerPage][ti.index % kPerPage];
+      // An entry names its latest event (never 0); another pointer's tag: taken since.
+      if ((e >> kDepShift) == 0 || (e & kTagMask) != (ti.tag & kTagMask)) return TableSays::kUnknown;
+      return (e & kLive) ? TableSays::kLive : TableSays::kFreed;
+    });
+    reconciled_ = true;
+    return true;
+  }
+  bool reconciled() const { return reconciled_; }
 
   // Events the hooks dropped (the rings were full or all owned): all of them, and the frees.
   struct Dropped {
@@ -176,6 +208,7 @@ class Consumer {
   std::thread thread_;
   std::atomic<bool> running_{false};
   bool released_ = false;
+  bool reconciled_ = false;
   Dropped dropped_at_release_;
 };
 

@@ -125,6 +125,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   // Anonymous zero pages (the table is page-aligned, so none shares a page with .data): the
   // previous session's entries are gone.
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
+  c->table = (uint64_t)g_table;
   g_rings = (uint8_t*)m + rings_offset();
   g_recent_stacks = (uint8_t*)m + recent_stacks_offset(c->nrings, c->ring_bytes);
   g_recent_stride = (uint32_t)recent_stack_stride(c->depth);

@@ -99,8 +99,11 @@ inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p
 
 __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
   uint64_t w;
-  if (!event_ring(t, true)) return;
-  if (!reserve(t, 16, &w, true)) return drop_free(t.ring);
+  if (!event_ring(t, true)) return table_mark_freed((uint64_t)p);
+  if (!reserve(t, 16, &w, true)) {
+    table_mark_freed((uint64_t)p);
+    return drop_free(t.ring);
+  }
   write_free(t, record_at(t, w), w, op, p, fp);
   publish(t, w + 16);
 }
@@ -115,13 +118,24 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
   publish(t, w + 16);
 }
 
+// A realloc no record is written for: `old` is marked freed in the address table before the
+// call (another thread may get the block back once it starts) and live again if it failed.
+static void* realloc_unrecorded(void* old, uint64_t size, bool track_old,
+                                void* (*call)(void*, uint64_t, uint64_t), uint64_t a1,
+                                uint64_t a2) {
+  if (track_old) table_mark_freed((uint64_t)old);
+  void* p = call(old, a1, a2);
+  if (track_old && !p && size) table_mark_live((uint64_t)old);
+  return p;
+}
+
 // realloc-like: `old` stops being ours when the call starts, the result is ours when it returns,
 // so the record is reserved and `old` entered in the table before the call, and published after.
 // Always one counted event: the dependency written for `old` names it.
 static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
                             bool track_new, void** fp,
                             void* (*call)(void*, uint64_t, uint64_t), uint64_t a1, uint64_t a2) {
-  if (!event_ring(t, track_old)) return call(old, a1, a2);
+  if (!event_ring(t, track_old)) return realloc_unrecorded(old, size, track_old, call, a1, a2);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
   uint64_t w;
@@ -130,7 +144,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
     // recorded all the same in a free's room, unless even that is full.
     if (!track_old || !reserve(t, 16, &w, true)) {
       track_old ? drop_free(r) : drop(r);
-      void* p = call(old, a1, a2);
+      void* p = realloc_unrecorded(old, size, track_old, call, a1, a2);
       end_busy(r);
       return p;
     }

@@ -66,6 +66,14 @@ NOINLINE static void release_held(void) { for (int i = 0; i < HELD; i++) free(he
 NOINLINE static void regrow_held(void) {
   for (int i = 0; i < HELD; i++) held[i] = realloc(held[i], 4000);
 }
+/* More held blocks than a full ring has room to free: most of their frees are dropped. */
+#define MANY 2000
+static void* many[MANY];
+NOINLINE static void hold_many(void) { for (int i = 0; i < MANY; i++) many[i] = malloc(40); }
+NOINLINE static void release_many(void) { for (int i = 0; i < MANY; i++) free(many[i]); }
+NOINLINE static void regrow_many(void) {
+  for (int i = 0; i < MANY; i++) many[i] = realloc(many[i], 3000);
+}
 NOINLINE static void second_leak(void) { for (int i = 0; i < 4; i++) memset(calloc(1, 4321), 1, 1); }
 
 int main(int argc, char** argv) {
@@ -121,6 +129,9 @@ int main(int argc, char** argv) {
     else if (!strcmp(cmd, "flood")) flood_leak();
     else if (!strcmp(cmd, "release")) release_held();
     else if (!strcmp(cmd, "regrow")) regrow_held();
+    else if (!strcmp(cmd, "hold_many")) hold_many();
+    else if (!strcmp(cmd, "release_many")) release_many();
+    else if (!strcmp(cmd, "regrow_many")) regrow_many();
     else if (!strcmp(cmd, "churn"))
       for (int i = 0; i < 20000; i++) free(malloc(32 + i % 100));
     else if (!strcmp(cmd, "load")) {
