@@ -16,6 +16,19 @@ def lifecycle_target(tmp_path, targets):
     return targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
 
 
+def test_command_line_shown_on_one_line(tmp_path, targets):
+    """A target's argv may hold newlines (python -c's program) or a terminal escape sequence:
+    memhook's own lines show them escaped, one line each."""
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so", "two\nlines\x1b[2J")
+    mh = Memhook(target.pid, tmp_path)
+    assert "/nonexistent.so two\\nlines\\x" in mh.attached_line, mh.attached_line
+    mh.stop()
+    text = run_memhook("report", mh.capture).stdout
+    first = text.splitlines()[0]
+    assert first.startswith("memhook report: PID") and "two\\nlines\\x" in first, first
+    assert "\x1b" not in text and "traced" in first
+
+
 def test_report_formats_agree(tmp_path, lifecycle_target):
     target = lifecycle_target
     mh = Memhook(target.pid, tmp_path)
@@ -28,7 +41,9 @@ def test_report_formats_agree(tmp_path, lifecycle_target):
                                      "outstanding_count", "outstanding_bytes",
                                      "unknown_free_count", "dropped_events", "dropped_frees",
                                      "unordered_events",
-                                     "sample_rate", "sampled_allocations"}
+                                     "sample_rate", "sampled_allocations", "reconciled_frees",
+                                     "uncertain_count", "uncertain_bytes",
+                                     "dropped_frees_unchecked"}
     leak = site(report, "late_leak")
     f0 = leak["frames"][0]
     assert f0["module"].endswith("/lifecycle") and f0["file"].endswith("lifecycle.c")
