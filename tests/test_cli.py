@@ -2,13 +2,14 @@
 answered with one line and a non-zero exit code, the target untouched."""
 import json
 import os
+import shutil
 import subprocess
 import time
 
 import pytest
 
 from conftest import (Memhook, assert_restored, build, memhook_cmd, one_line_error, run_memhook,
-                      site, slot_values)
+                      site, slot_values, world_readable_copy)
 
 
 @pytest.fixture
@@ -19,7 +20,8 @@ def lifecycle_target(tmp_path, targets):
 def test_command_line_shown_on_one_line(tmp_path, targets):
     """A target's argv may hold newlines (python -c's program) or a terminal escape sequence:
     memhook's own lines show them escaped, one line each."""
-    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so", "two\nlines\x1b[2J")
+    exe = world_readable_copy(build(tmp_path, "lifecycle.c"))  # a short path: none of it cut
+    target = targets(exe, "/nonexistent.so", "two\nlines\x1b[2J")
     mh = Memhook(target.pid, tmp_path)
     assert "/nonexistent.so two\\nlines\\x" in mh.attached_line, mh.attached_line
     mh.stop()
@@ -27,6 +29,7 @@ def test_command_line_shown_on_one_line(tmp_path, targets):
     first = text.splitlines()[0]
     assert first.startswith("memhook report: PID") and "two\\nlines\\x" in first, first
     assert "\x1b" not in text and "traced" in first
+    shutil.rmtree(exe.parent)
 
 
 def test_report_formats_agree(tmp_path, lifecycle_target):
