@@ -2,15 +2,20 @@
 data held since start-up, or churn. Computed with numpy from a capture's time series.
 
 Per stack with outstanding bytes at the end:
-- growth: the robust (Theil–Sen: median of pairwise slopes) trend of its outstanding bytes over
-  the whole capture, in bytes per minute;
+- floor: at each sample, the least the stack holds from then on (what its outstanding bytes
+  return to); blocks freed within the capture, however many, do not raise it;
+- growth: the robust (Theil–Sen: median of pairwise slopes) trend of the floor over the whole
+  capture, in bytes per minute;
 - late growth: the same over the last third of the capture — still growing, or plateaued;
 - never freed: the share of its allocations still outstanding;
 - old: the share of its live blocks older than --min-age (from each block's age with
   --record-events, otherwise from log2 age buckets: a bucket counts once it starts at min-age).
-Score: the late growth rate (bytes per minute, 0 when not growing). A steadily growing stack
-therefore outranks a larger cache that has stopped growing and a one-off start-up allocation;
-stacks that do not grow at the end follow, by outstanding bytes.
+Score: the late growth rate (bytes per minute, 0 when not growing or plateaued). A steadily
+accumulating stack therefore outranks a larger cache that has stopped growing and a one-off
+start-up allocation; stacks that do not grow at the end follow, by outstanding bytes. A stack
+whose floor does not trend up (or whose live blocks are all young) and most of whose blocks
+were freed within the capture (per-request or per-query memory, even when a request was under
+way as the capture ended) is churn: not a suspect at all.
 """
 from __future__ import annotations
 
@@ -51,8 +56,30 @@ def stack_series(cap: Capture) -> tuple[np.ndarray, dict]:
     return times, out
 
 
+def floor_series(y: np.ndarray) -> np.ndarray:
+    """At each sample, the least a stack holds from then on: the floor its outstanding bytes
+    return to. Blocks freed within the capture lift no floor (per-request memory, however it
+    swings, stays at its floor); blocks never freed lift it for good."""
+    return np.minimum.accumulate(y[::-1])[::-1] if len(y) else y
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _rate(bytes_per_min: float) -> str:
+    from .report import human_bytes
+    return human_bytes(bytes_per_min) + "/min"
+
+
 def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
-    """Stacks with outstanding bytes at the end, most suspect first (module docstring)."""
+    """Stacks holding memory at the end that a leak hunter should look at, most suspect first
+    (module docstring). Stacks whose blocks turn over (most freed within the capture) and whose
+    floor does not rise are churn, not suspects."""
+    from .report import human_bytes
     times, series = stack_series(cap)
     end_s = float(times[-1]) if len(times) else 0.0
     live = cap.live or {}
@@ -65,43 +92,72 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
     # Otherwise log2 buckets: a bucket counts as old when it starts at min_age or later.
     old_buckets = 2.0 ** np.arange(age_hist.shape[1]) >= min_age_s * 1e9 \
         if age_hist is not None else None
-    late_from = end_s * 2 / 3
+    # The floor at the very end is only what the stack holds then (no later sample shows what
+    # it returns to): trends are read up to a margin before the end, where later samples exist.
+    step = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    margin = max(0.1 * end_s, 2 * step)
+    seen = times <= end_s - margin
+    if seen.sum() < 2:
+        seen = np.ones(len(times), bool)
+    t_seen = times[seen]
+    late_from = float(t_seen[-1]) * 2 / 3 if len(t_seen) else 0.0
     rows = []
     for stack in np.nonzero(cap.sites["outstanding_bytes"])[0]:
         stack = int(stack)
+        out_bytes = int(cap.sites["outstanding_bytes"][stack])
         y = series.get(stack)
         if y is None:
-            y = np.full(len(times), float(cap.sites["outstanding_bytes"][stack]))
-        growth = theil_sen(times, y) * 60
-        late = times >= late_from
-        late_growth = theil_sen(times[late], y[late]) * 60 if late.sum() >= 2 else growth
-        plateaued = growth > 0 and late_growth <= PLATEAU * growth
+            y = np.full(len(times), float(out_bytes))
+        floor = floor_series(y)[seen]
+        growth = theil_sen(t_seen, floor) * 60
+        late = t_seen >= late_from
+        late_growth = theil_sen(t_seen[late], floor[late]) * 60 if late.sum() >= 2 else growth
+        # Plateaued: the floor rose during the capture (a burst counts as much as a trend) and
+        # no longer rises at the end.
+        rose = float(floor[-1] - floor[0]) if len(floor) else 0.0
+        plateaued = rose > 0 and late_growth <= PLATEAU * max(growth, rose / max(end_s, 1e-9) * 60)
         allocs = int(cap.sites["alloc_count"][stack])
+        frees = int(cap.sites["free_count"][stack])
         never_freed = int(cap.sites["outstanding_count"][stack]) / allocs if allocs else 0.0
         a = ages.get(stack, np.zeros(0))
+        oldest = None
         if len(a):
-            old, counted = float((a >= min_age_s).mean()), True
+            old, counted, oldest = float((a >= min_age_s).mean()), True, float(a.max())
         elif age_hist is not None and age_hist[stack].sum():
             old = float(age_hist[stack][old_buckets].sum() / age_hist[stack].sum())
             counted = True
+            oldest = 2.0 ** int(np.nonzero(age_hist[stack])[0][-1]) / 1e9  # its bucket's start
         else:
             old, counted = 0.0, False
-        reasons = []
-        if late_growth > 0:
-            reasons.append(f"still growing at {late_growth:.0f} B/min at the end")
+        # Every live block younger than the margin: nothing of it has stayed (per-request
+        # memory caught in the middle of a request).
+        young = oldest is not None and oldest * 2 < margin
+        if allocs and frees >= allocs / 2 and (growth <= 0 or young):
+            continue  # turns over, its floor does not trend up: churn, not a leak
+        if young:
+            growth = late_growth = 0.0
+            plateaued = False
+        rising = np.nonzero(floor > floor[0])[0] if len(floor) else []
+        span = end_s - float(t_seen[rising[0] - 1 if rising[0] else 0]) if len(rising) else 0.0
+        oldest_text = f", oldest {_duration(oldest)}" if oldest else ""
+        if late_growth > 0 and not plateaued:
+            reasons = [f"live blocks of this stack keep accumulating: {_rate(late_growth)} at the "
+                       f"end, {_rate(growth)} over {_duration(span)}{oldest_text}"]
         elif plateaued:
-            reasons.append(f"grew {growth:.0f} B/min, then plateaued")
+            top = float(floor[-1])
+            reasons = [f"grew to {human_bytes(top)}, then plateaued: no growth in the last "
+                       f"{_duration(end_s - late_from)} (a cache or pool that filled){oldest_text}"]
         else:
-            reasons.append("not growing")
+            reasons = [f"held, not growing{oldest_text}"]
         reasons.append(f"{never_freed:.0%} of its allocations never freed")
         if counted:
             reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")
-        rows.append({"stack": stack,
-                     "outstanding_bytes": int(cap.sites["outstanding_bytes"][stack]),
+        rows.append({"stack": stack, "outstanding_bytes": out_bytes,
                      "growth_bytes_per_min": round(growth, 1),
                      "late_growth_bytes_per_min": round(late_growth, 1),
                      "plateaued": bool(plateaued), "never_freed_share": round(never_freed, 4),
-                     "old_share": round(old, 4), "score": round(max(late_growth, 0.0), 1),
+                     "old_share": round(old, 4),
+                     "score": round(late_growth, 1) if late_growth > 0 and not plateaued else 0.0,
                      "reasons": reasons})
     rows.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
     return rows

@@ -7,7 +7,8 @@ import json
 
 from . import plots
 from .capture import Capture
-from .report import dropped_frees_lines, frame_text, human_bytes
+from .report import (dropped_frees_lines, frame_name, frame_text, human_bytes,
+                     process_memory_text)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -62,6 +63,39 @@ draw(root, []);
 """
 
 
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def _duration(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:g} {unit}"
+    return f"{ns:g} ns"
+
+
+def _share(x: float) -> str:
+    return f"{x:.0%}"
+
+
+# The behaviour sections: (report key, title, what it means, columns: header, key, format).
+TABLES = (
+    ("transient", "Transient allocations (freed quickly)",
+     "Stacks whose blocks are freed soon after they are allocated: each one an allocator round "
+     "trip that a stack buffer or a reused block would save.",
+     (("allocations", "alloc_count", _count), ("freed quickly", "transient_count", _count),
+      ("share freed quickly", "transient_share", _share),
+      ("freed before the thread's next allocation", "temporary_share", _share),
+      ("freed by the call that allocated", "same_call_share", _share))),
+    ("thread_locality", "Freed by another thread",
+     "Stacks whose blocks another thread frees: allocator traffic between threads.",
+     (("allocations", "alloc_count", _count),
+      ("freed by the same thread", "same_thread_share", _share),
+      ("freed by another thread", "other_thread_share", _share),
+      ("still live", "live_share", _share))),
+)
+
+
 def _stack_html(frames: list, limit: int = 10) -> str:
     lines = [html.escape(frame_text(f)) for f in frames[:limit]]
     if len(frames) > limit:
@@ -92,14 +126,13 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
         parts.append(f"<tr><th></th><td>{html.escape(line.strip())}</td></tr>")
     pm = report.get("process_memory")
     if pm:
-        parts.append(f"<tr><th>process</th><td>resident {human_bytes(pm['rss_bytes'])}, "
-                     f"anonymous {human_bytes(pm['anon_bytes'])}, gap to live bytes "
-                     f"{human_bytes(pm['gap_bytes'])}"
-                     + (f"<br><b>{html.escape(pm['note'])}</b>" if pm.get("note") else "")
-                     + "</td></tr>")
+        parts.append(f"<tr><th>process</th><td>{html.escape(process_memory_text(pm))}</td></tr>")
     parts.append("</table>")
-    parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by growth in the last third of the "
-                 "capture (robust slope); stacks that no longer grow follow by size.</p><table>"
+    parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
+                 "accumulate at the end of the capture (the level their outstanding bytes return "
+                 "to, robust slope over the last third); caches that filled and memory held "
+                 "follow by size. Memory freed as it is used (per request, per query) is not "
+                 "listed.</p><table>"
                  "<tr><th>#</th><th class='num'>outstanding</th><th class='num'>growth at the "
                  "end</th><th>why</th><th>stack</th></tr>")
     for n, r in enumerate(report.get("leak_suspects", []), 1):
@@ -111,22 +144,24 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
     parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
     parts.append("<h2>Flame graph of outstanding bytes</h2><div id='crumb'></div>"
                  "<div id='flame'></div>")
-    folded = [[[f["function"] or f["address"] for f in reversed(s["frames"])],
+    folded = [[[frame_name(f) for f in reversed(s["frames"])],
                s["outstanding_bytes"]] for s in report["sites"] if s["outstanding_bytes"] > 0]
     parts.append("<script id='flame-data' type='application/json'>"
                  + json.dumps(folded).replace("</", "<\\/") + "</script>")
     parts.append(f"<h2>Sizes and lifetimes</h2>{svg['histograms']}")
-    for key, title in (("transient", "Transient allocations (freed quickly)"),
-                       ("thread_locality", "Freed by another thread")):
+    for key, title, why, columns in TABLES:
         rows = report.get(key, [])
         if not rows:
             continue
-        parts.append(f"<h2>{title}</h2><table>")
+        if key == "transient":
+            title = f"Transient allocations (freed within {_duration(report['transient_threshold_ns'])})"
+        parts.append(f"<h2>{title}</h2><p class='why'>{why}</p><table><tr>"
+                     + "".join(f"<th class='num'>{html.escape(c)}</th>" for c, _, _ in columns)
+                     + "<th>stack</th></tr>")
         for r in rows:
-            stats = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r.items()
-                              if k not in ("frames", "cross_thread_frees"))
-            parts.append(f"<tr><td class='why'>{html.escape(stats)}</td>"
-                         f"<td>{_stack_html(r['frames'], 6)}</td></tr>")
+            parts.append("<tr>" + "".join(f"<td class='num'>{fmt(r[k])}</td>"
+                                          for _, k, fmt in columns)
+                         + f"<td>{_stack_html(r['frames'], 6)}</td></tr>")
         parts.append("</table>")
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)

@@ -22,7 +22,7 @@ class LiveView:
     def lines(self, symbolizer) -> list[str]:
         import numpy as np
         from . import analysis, procfs
-        from .report import human_bytes
+        from .report import frame_name, human_bytes
         consumer = self.session.consumer
         now = time.monotonic()
         t = consumer.totals()
@@ -48,7 +48,8 @@ class LiveView:
             growth = analysis.theil_sen(np.array([h[0] for h in hist]),
                                         np.array([h[1] for h in hist])) * 60
             fr = frames[offsets[i]:offsets[i + 1]]
-            where = " <- ".join((symbolizer.frame(int(x)).function or hex(int(x))) for x in fr[:3])
+            where = " <- ".join([frame_name(f.as_dict()) for x in fr[:3]
+                                 for f in symbolizer.frames(int(x))][:3])
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         if not self.tty:

@@ -8,21 +8,16 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the HTML page: findable
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
 
 from . import analysis  # noqa: E402
 from .capture import Capture  # noqa: E402
-from .report import human_bytes  # noqa: E402
+from .report import distinct_labels, human_bytes  # noqa: E402
 
 STACKS_SHOWN = 8
-
-
-def _label(frames: list, width: int = 48) -> str:
-    f = next((f for f in frames if f.get("function")), frames[0] if frames else None)
-    name = (f or {}).get("function") or (f or {}).get("address") or "?"
-    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _binary_ticks(axis, top: float) -> None:
@@ -44,8 +39,8 @@ def over_time(cap: Capture, report: dict, symbolizer):
         top = sorted(final, key=lambda s: -final[s])[:STACKS_SHOWN]
         total = np.asarray(cap.series["outstanding_bytes"], np.float64)
         layers = [series[s] for s in top]
-        labels = [_label([f.as_dict() for a in cap.frames(s)[:1] for f in symbolizer.frames(int(a))])
-                  for s in top]
+        labels = distinct_labels([[f.as_dict() for a in cap.frames(s) for f in
+                                   symbolizer.frames(int(a))] for s in top])
         rest = np.maximum(total - np.sum(layers, axis=0), 0) if layers else total
         ax.stackplot(times, *layers, rest, labels=labels + ["other stacks"], alpha=0.85)
         top_value = float(max(total.max(initial=1), 1))
@@ -110,7 +105,7 @@ def growth(cap: Capture, report: dict, symbolizer):
     """Late growth rate of each leak suspect."""
     rows = report.get("leak_suspects", [])[:STACKS_SHOWN]
     fig, ax = plt.subplots(figsize=(10, 0.5 * max(len(rows), 2) + 1.5))
-    names = [_label(r["frames"]) for r in rows][::-1]
+    names = distinct_labels([r["frames"] for r in rows])[::-1]
     values = [r["late_growth_bytes_per_min"] for r in rows][::-1]
     ax.barh(range(len(rows)), values, color=["tab:red" if v > 0 else "tab:gray" for v in values])
     ax.set_yticks(range(len(rows)), names, fontsize=8)

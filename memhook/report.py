@@ -131,6 +131,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
             symbolizer.prepare(x for r in rows for x in cap.frames(r["stack"]))
             report[key] = [{**{k: v for k, v in r.items() if k != "stack"},
                             "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
+        report["transient_threshold_ns"] = filters.transient_ns
         report["histograms"] = analysis.histograms(cap)
     if analysis.process_memory(cap):
         report["process_memory"] = analysis.process_memory(cap)
@@ -154,9 +155,41 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def frame_name(f: dict) -> str:
+    """A frame's one name, in every view: its function, else module+offset (what addr2line
+    takes), else the bare address (code in no file, such as JIT code)."""
+    if f["function"]:
+        return f["function"]
+    return f"{os.path.basename(f['module'])}+0x{f['offset']:x}" if f["module"] else f["address"]
+
+
+def distinct_labels(stacks: list, width: int = 40) -> list[str]:
+    """A label per stack (frames, call site first) that tells it from the others: its call
+    site, and where another stack shares that, the first frame where the two part
+    ("leaf ← … ← caller"). Stacks alike to the last name get their rank."""
+    names = [[frame_name(f) for f in s] for s in stacks]
+
+    def cut(name: str) -> str:
+        return name if len(name) <= width else name[:width - 1] + "…"
+
+    labels = []
+    for i, s in enumerate(names):
+        if not s:
+            labels.append("[no frames]")
+            continue
+        shared = max((next((k for k, (a, b) in enumerate(zip(s, o)) if a != b), min(len(s), len(o)))
+                      for j, o in enumerate(names) if j != i), default=0)
+        if shared == 0:
+            labels.append(cut(s[0]))
+        elif shared < len(s):
+            labels.append(f"{cut(s[0])} ← {'… ← ' if shared > 1 else ''}{cut(s[shared])}")
+        else:
+            labels.append(f"{cut(s[0])} (stack {i + 1})")
+    return labels
+
+
 def frame_text(f: dict) -> str:
-    where = f["function"] or (f"{os.path.basename(f['module'])}+0x{f['offset']:x}"
-                              if f["module"] else f["address"])
+    where = frame_name(f)
     if f.get("inlined"):
         where = "(inlined) " + where
     if f["file"]:
@@ -164,6 +197,16 @@ def frame_text(f: dict) -> str:
     if f["module"]:
         return f"{where}  ({os.path.basename(f['module'])})"
     return where
+
+
+def process_memory_text(pm: dict) -> str:
+    """The process's memory beside what this session saw allocated: the rest is not a leak
+    finding, it is everything memhook did not see."""
+    return (f"resident {human_bytes(pm['rss_bytes'])}, anonymous {human_bytes(pm['anon_bytes'])};"
+            f" blocks allocated in this session and still live {human_bytes(pm['live_bytes'])};"
+            f" anonymous memory not accounted for by them {human_bytes(max(pm['gap_bytes'], 0))}"
+            " (blocks allocated before attach, the allocator's overhead and the free memory it"
+            " keeps, memory not from malloc)" + (f" — {pm['note']}" if pm.get("note") else ""))
 
 
 def dropped_frees_lines(t: dict) -> list[str]:
@@ -202,10 +245,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")
     pm = report.get("process_memory")
     if pm:
-        lines.append(f"  process: resident {human_bytes(pm['rss_bytes'])} (anonymous "
-                     f"{human_bytes(pm['anon_bytes'])}), live allocations "
-                     f"{human_bytes(pm['live_bytes'])}, gap {human_bytes(pm['gap_bytes'])}"
-                     + (f" — {pm['note']}" if pm.get("note") else ""))
+        lines.append("  process: " + process_memory_text(pm))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     for m in report.get("modules_without_unwind_rows", []):
@@ -243,9 +283,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
 
 
 def _fold_name(f: dict) -> str:
-    name = f["function"] or (f"{os.path.basename(f['module'])}+0x{f['offset']:x}"
-                             if f["module"] else f["address"])
-    return name.replace(";", ":").replace("\n", " ")
+    return frame_name(f).replace(";", ":").replace("\n", " ")
 
 
 def render_collapsed(report: dict, weight: str = "outstanding") -> str:

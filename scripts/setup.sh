@@ -17,6 +17,8 @@ pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
+# For the test of the HTML report as a browser shows it.
+command -v chromium >/dev/null || missing+=(chromium)
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then

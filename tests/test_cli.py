@@ -93,7 +93,8 @@ def test_target_exit_ends_the_session(tmp_path, lifecycle_target):
     assert pm["rss_bytes"] > 100_000 and pm["anon_bytes"] > 0, pm
     line = next(x for x in run_memhook("report", mh.capture).stdout.splitlines()
                 if x.strip().startswith("process:"))
-    assert "resident 0 B" not in line and "gap -" not in line, line
+    assert "resident 0 B" not in line and "not accounted for by them" in line, line
+    assert "them -" not in line and "before attach" in line, line
 
 
 @pytest.mark.parametrize("args,code,words", [

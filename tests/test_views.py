@@ -1,0 +1,140 @@
+"""What a user reads, in every view of one capture: the live view, text, JSON, collapsed
+stacks, the HTML page (its flame graph and plots, and in headless Chromium) and the plots
+themselves name each frame the same way, and legends tell stacks apart."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+
+from conftest import Lines, build, memhook_cmd, run_memhook, site
+
+from memhook import capture as capture_mod
+from memhook import plots
+from memhook.report import distinct_labels, frame_name
+from memhook.symbolize import Symbolizer
+
+RAW_ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # a runtime address: never where a name exists
+
+
+def twins_session(tmp_path, targets):
+    """lifecycle.c's twins (twin_leaf <- twin_mid <- twin_a / twin_b: two stacks that share
+    their first two frames) and blocks freed at once, under memhook with the live view on,
+    twice a second."""
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    cap = tmp_path / "twins.mh"
+    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--interval", "0.5", "-o", cap),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    lines = Lines(mh.stdout)
+    lines.expect("attached")
+    for _ in range(3):
+        target.command("twins")
+        target.command("calls")  # blocks freed at once: the transient table
+        time.sleep(0.6)
+    live = []
+    while not any("twin_leaf" in x for x in live):
+        live.append(lines.expect("", timeout=10))
+    mh.send_signal(signal.SIGINT)
+    mh.wait(60)
+    assert mh.returncode == 0, mh.stderr.read()
+    report = json.loads(run_memhook("report", cap, "--format", "json").stdout)
+    return cap, report, live
+
+
+def test_one_name_per_frame_in_every_view(tmp_path, targets):
+    cap, report, live = twins_session(tmp_path, targets)
+    names = {frame_name(f) for s in report["sites"] for f in s["frames"]}
+    a = site(report, "twin_a", 2)
+    assert [frame_name(f) for f in a["frames"][:3]] == ["twin_leaf", "twin_mid", "twin_a"]
+
+    # The live view: "  OUTSTANDING  GROWTH  f0 <- f1 <- f2", plain lines off a terminal.
+    rows = [x for x in live if x.startswith("  ") and " <- " in x]
+    assert rows, live
+    for row in rows:
+        where = re.split(r"\s{2,}", row.strip(), maxsplit=2)[2]
+        assert set(where.split(" <- ")) <= names, (where, names)
+        assert not RAW_ADDRESS.search(row), row
+
+    # Text: every frame line of every stack.
+    text = run_memhook("report", cap).stdout
+    frame_lines = [x.strip() for x in text.splitlines() if x.startswith("      ")
+                   and not x.strip().startswith("...")]
+    assert frame_lines
+    for x in frame_lines:
+        assert x.split("  ")[0].removeprefix("(inlined) ") in names, x
+    assert not RAW_ADDRESS.search(text)
+
+    # Collapsed stacks.
+    collapsed = run_memhook("report", cap, "--format", "collapsed").stdout
+    for line in collapsed.splitlines():
+        assert set(line.rsplit(" ", 1)[0].split(";")) <= names, line
+
+    # HTML: the flame graph's frames, and no runtime address anywhere on the page.
+    page = tmp_path / "report.html"
+    assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
+    html = page.read_text()
+    flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
+                                 r"</script>", html, re.S).group(1))
+    assert {n for stack, _ in flame for n in stack} <= names
+    assert not RAW_ADDRESS.search(html)
+
+    # Plots: the stacked plot's legend names each stack by what tells it from the others.
+    c = capture_mod.read(str(cap))
+    fig = plots.over_time(c, report, Symbolizer(c.modules))
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    twins = [x for x in legend if x.startswith("twin_leaf")]
+    assert sorted(twins) == ["twin_leaf ← … ← twin_a", "twin_leaf ← … ← twin_b"], legend
+    for label in legend:
+        if label not in ("other stacks", "anonymous resident memory"):
+            assert set(label.replace("… ← ", "").split(" ← ")) <= names, label
+    assert len(set(legend)) == len(legend), legend
+
+
+def test_distinct_labels():
+    """Labels: the call site; where stacks share it, the first frame where they part."""
+    def stack(*fns):
+        return [{"function": f, "module": "/x/lib.so", "offset": 16, "address": "0x10"}
+                for f in fns]
+    anon = [{"function": None, "module": "/x/lib.so", "offset": 0x2a, "address": "0x7f00002a"}]
+    assert distinct_labels([stack("leaf", "mid", "a"), stack("leaf", "mid", "b"),
+                            stack("other", "a"), stack("leaf2", "x"), stack("leaf2", "y"),
+                            anon, stack("same"), stack("same")]) == [
+        "leaf ← … ← a", "leaf ← … ← b", "other", "leaf2 ← x", "leaf2 ← y", "lib.so+0x2a",
+        "same (stack 7)", "same (stack 8)"]
+
+
+def test_html_page_in_headless_chromium(tmp_path, targets):
+    """The page as a reader's browser shows it: every section there, the flame graph drawn by
+    its script, no console error, no runtime address; the screenshot is kept for a person to
+    look at (MEMHOOK_KEEP_SCREENSHOT=path)."""
+    import os
+    import shutil
+    cap, report, _ = twins_session(tmp_path, targets)
+    page = tmp_path / "report.html"
+    assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "scripts/setup.sh installs chromium"
+    flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
+             "--window-size=1200,4000"]
+    shot = tmp_path / "page.png"
+    run = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20000, run.stderr[-2000:]
+    if os.environ.get("MEMHOOK_KEEP_SCREENSHOT"):
+        shutil.copy(shot, os.environ["MEMHOOK_KEEP_SCREENSHOT"])
+    console = [x for x in run.stderr.splitlines() if "CONSOLE" in x or "Uncaught" in x]
+    assert not console, console
+    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    for heading in ("Leak suspects", "Over time", "Flame graph of outstanding bytes",
+                    "Sizes and lifetimes", "Transient allocations (freed within 1 ms)"):
+        assert f"<h2>{heading}</h2>" in dom, heading
+    assert dom.count('style="left:') >= 4, "the flame graph was not drawn"
+    assert "Click a frame to zoom in." in dom
+    text = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
+    assert not RAW_ADDRESS.search(text)
+    assert "transient share" not in text  # a table with headers, not a key dump
+    assert "<th class=\"num\">share freed quickly</th>" in dom
