@@ -170,22 +170,32 @@ def _share(part, whole) -> float:
 def transient(cap: Capture, threshold_ns: float = 1e6, top: int = 10) -> list[dict]:
     """Stacks ranked by churn: allocations freed within `threshold_ns` (lifetime buckets that
     end at or below it), each one an allocator round trip that a stack buffer or a reused one
-    would save. Also heaptrack's "temporary" (freed before its thread allocated again) and the
+    would save; then stacks whose blocks are freed before their thread allocates again or by
+    the call that allocated them, when the clock cannot say how soon. Also heaptrack's "temporary" (freed before its thread allocated again) and the
     share freed by the same call that allocated it (that call still on the stack at the free:
     a stack buffer would do)."""
     b = cap.behaviour
     if b is None:
         return []
     edges = 2.0 ** (np.arange(b["lifetime_hist"].shape[1]) + 1)  # bucket upper bounds, ns
-    quick = b["lifetime_hist"][:, edges <= threshold_ns].sum(axis=1)
+    # Lifetimes known to a third, and those known only to lie under a bound: either counts once
+    # its bucket ends at or below the threshold. One under a longer bound (a quiet thread's,
+    # timed only by the consumer's looks at its ring) is unclassified.
+    quick = (b["lifetime_hist"][:, edges <= threshold_ns].sum(axis=1)
+             + b["lifetime_unresolved_hist"][:, edges <= threshold_ns].sum(axis=1))
+    unclassified = b["lifetime_unresolved_hist"][:, edges > threshold_ns].sum(axis=1)
+    # Freed before the thread allocated again, or by the call that allocated: short-lived
+    # whatever the clock could tell.
+    hints = b["temporary"].astype(np.float64) + b["freed_same_call"]
     rows = []
-    for stack in np.argsort(-quick.astype(np.float64))[:top]:
-        if quick[stack] == 0:
+    for stack in np.lexsort((-hints, -quick.astype(np.float64)))[:top]:
+        if quick[stack] == 0 and hints[stack] == 0:
             break
         allocs = int(cap.sites["alloc_count"][stack])
         rows.append({"stack": int(stack), "alloc_count": allocs,
                      "transient_count": int(quick[stack]),
                      "transient_share": _share(quick[stack], allocs),
+                     "unclassified_count": int(unclassified[stack]),
                      "temporary_share": _share(b["temporary"][stack], allocs),
                      "same_call_share": _share(b["freed_same_call"][stack], allocs)})
     return rows
@@ -216,12 +226,15 @@ def thread_locality(cap: Capture, top: int = 10) -> list[dict]:
 
 def histograms(cap: Capture) -> dict:
     """Overall log2 histograms: element b counts sizes (bytes) / lifetimes (ns) in
-    [2^b, 2^(b+1))."""
+    [2^b, 2^(b+1)); lifetime_under: lifetimes known only to lie under 2^(b+1) ns (shorter than
+    their events' timing could tell, or than 1 µs)."""
     b = cap.behaviour
     if b is None:
         return {}
     return {"size_log2": b["size_hist"].sum(axis=0).astype(int).tolist(),
-            "lifetime_ns_log2": b["lifetime_hist"].sum(axis=0).astype(int).tolist()}
+            "lifetime_ns_log2": b["lifetime_hist"].sum(axis=0).astype(int).tolist(),
+            "lifetime_under_ns_log2":
+                b["lifetime_unresolved_hist"].sum(axis=0).astype(int).tolist()}
 
 
 def process_memory(cap: Capture) -> dict:
@@ -258,4 +271,5 @@ def stack_histograms(cap: Capture, stack: int) -> dict:
         return {}
     return {"size_log2": b["size_hist"][stack].astype(int).tolist(),
             "lifetime_ns_log2": b["lifetime_hist"][stack].astype(int).tolist(),
+            "lifetime_under_ns_log2": b["lifetime_unresolved_hist"][stack].astype(int).tolist(),
             "age_ns_log2": b["age_hist"][stack].astype(int).tolist()}

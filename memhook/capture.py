@@ -35,6 +35,9 @@ MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, pe
 LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
 BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary", "freed_same_call")
 BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")
+# Since lifetimes carry their resolution (zeros where a capture has none): lifetimes known only
+# to lie under a bound, by that bound's bucket.
+BEHAVIOUR_LATER_HISTS = ("lifetime_unresolved_hist",)
 BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
 TOP_STACKS = 20  # stacks sampled in the time series per interval
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
@@ -245,10 +248,14 @@ class _Assembly:
                 self.series.setdefault(k, []).append(v)
         elif kind == b"BEHV":
             z = _load_npz(payload)
-            if set(z) != set(BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_PAIRS):
+            required = set(BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_PAIRS)
+            if not required <= set(z) <= required | set(BEHAVIOUR_LATER_HISTS):
                 raise ValueError("behaviour columns do not match")
-            rows = {len(z[k]) for k in BEHAVIOUR_ROWS} | {len(z[k]) for k in BEHAVIOUR_HISTS}
-            if len(rows) != 1 or any(z[k].ndim != 2 for k in BEHAVIOUR_HISTS) or \
+            if "lifetime_unresolved_hist" not in z:
+                z["lifetime_unresolved_hist"] = np.zeros_like(z["lifetime_hist"])
+            hists = BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS
+            rows = {len(z[k]) for k in BEHAVIOUR_ROWS} | {len(z[k]) for k in hists}
+            if len(rows) != 1 or any(z[k].ndim != 2 for k in hists) or \
                     len({len(z[k]) for k in BEHAVIOUR_PAIRS}) != 1:
                 raise ValueError("behaviour arrays do not match")
             self.cap.behaviour = z
@@ -287,7 +294,7 @@ class _Assembly:
             pad = n - have
             for k in BEHAVIOUR_ROWS:
                 b[k] = np.concatenate([b[k].astype(np.uint64), np.zeros(pad, np.uint64)])
-            for k in BEHAVIOUR_HISTS:
+            for k in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS:
                 b[k] = np.concatenate([b[k].astype(np.uint64),
                                        np.zeros((pad, b[k].shape[1]), np.uint64)])
         cap.series = {k: np.concatenate(v) for k, v in self.series.items()}

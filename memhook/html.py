@@ -7,7 +7,7 @@ import json
 
 from . import plots
 from .capture import Capture
-from .report import (dropped_frees_lines, frame_name, frame_text, human_bytes,
+from .report import (duration_text, dropped_frees_lines, frame_name, frame_text, human_bytes,
                      process_memory_text)
 
 STYLE = """
@@ -67,13 +67,6 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
-def _duration(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if ns >= scale:
-            return f"{ns / scale:g} {unit}"
-    return f"{ns:g} ns"
-
-
 def _share(x: float) -> str:
     return f"{x:.0%}"
 
@@ -85,6 +78,7 @@ TABLES = (
      "trip that a stack buffer or a reused block would save.",
      (("allocations", "alloc_count", _count), ("freed quickly", "transient_count", _count),
       ("share freed quickly", "transient_share", _share),
+      ("too quiet to time that finely", "unclassified_count", _count),
       ("freed before the thread's next allocation", "temporary_share", _share),
       ("freed by the call that allocated", "same_call_share", _share))),
     ("thread_locality", "Freed by another thread",
@@ -154,7 +148,7 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
         if not rows:
             continue
         if key == "transient":
-            title = f"Transient allocations (freed within {_duration(report['transient_threshold_ns'])})"
+            title = f"Transient allocations (freed within {duration_text(report['transient_threshold_ns'])})"
         parts.append(f"<h2>{title}</h2><p class='why'>{why}</p><table><tr>"
                      + "".join(f"<th class='num'>{html.escape(c)}</th>" for c, _, _ in columns)
                      + "<th>stack</th></tr>")

@@ -85,10 +85,21 @@ def histograms(cap: Capture, report: dict, symbolizer):
             (axes[0], "size_log2", "B", "Allocation sizes", "size (from)"),
             (axes[1], "lifetime_ns_log2", "ns", "Lifetimes of freed blocks", "lifetime (from)")):
         counts = np.asarray(h.get(key, []), np.float64)
-        nz = np.nonzero(counts)[0]
-        lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, 1)
+        # Lifetimes known only to lie under a bound (their events' timing, or 1 µs, could not
+        # tell them better): hatched, in the bucket the bound ends.
+        under = np.asarray(h.get("lifetime_under_ns_log2", []) if unit == "ns" else [],
+                           np.float64)
+        nz = np.nonzero(np.concatenate([counts, under]) if len(under) else counts)[0] % max(
+            len(counts), 1)
+        lo, hi = (int(nz.min()), int(nz.max()) + 1) if len(nz) else (0, 1)
         x = np.arange(lo, hi)
-        ax.bar(x, counts[lo:hi] if len(counts) else [0], color="tab:blue")
+        if len(under) and under[lo:hi].any():
+            ax.bar(x - 0.2, counts[lo:hi], width=0.4, color="tab:blue", label="lifetime in bucket")
+            ax.bar(x + 0.2, under[lo:hi], width=0.4, color="white", edgecolor="tab:blue",
+                   hatch="//", label="known only to be under the bucket's end")
+            ax.legend(fontsize=8)
+        else:
+            ax.bar(x, counts[lo:hi] if len(counts) else [0], color="tab:blue")
         labels = _log2_labels(hi, unit)[lo:hi]
         step = max(1, len(x) // 10)
         ax.set_xticks(x[::step], labels[::step], rotation=45, ha="right", fontsize=8)

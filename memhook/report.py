@@ -199,6 +199,13 @@ def frame_text(f: dict) -> str:
     return where
 
 
+def duration_text(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:g} {unit}"
+    return f"{ns:g} ns"
+
+
 def process_memory_text(pm: dict) -> str:
     """The process's memory beside what this session saw allocated: the rest is not a leak
     finding, it is everything memhook did not see."""
@@ -260,8 +267,11 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     for r in report.get("transient", [])[:3]:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "
-                     f"freed quickly ({r['temporary_share']:.0%} before the next allocation, "
-                     f"{r['same_call_share']:.0%} by the call that allocated them)")
+                     f"freed within {duration_text(report['transient_threshold_ns'])}"
+                     + (f" ({r['unclassified_count']} more freed too quietly to time that "
+                        "finely)" if r.get("unclassified_count") else "")
+                     + f"; {r['temporary_share']:.0%} before the next allocation, "
+                     f"{r['same_call_share']:.0%} by the call that allocated them")
     for r in report.get("thread_locality", [])[:3]:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "

@@ -76,7 +76,8 @@ def test_thread_locality_and_transients(tmp_path, targets):
     for w in range(WORKERS):
         expected[(1000 + w).bit_length() - 1] += 100  # thread_leak
     assert sizes == expected
-    assert sum(rep["histograms"]["lifetime_ns_log2"]) == rep["totals"]["free_count"]
+    assert sum(rep["histograms"]["lifetime_ns_log2"]) + \
+        sum(rep["histograms"]["lifetime_under_ns_log2"]) == rep["totals"]["free_count"]
     assert target.finish() == 0
 
 

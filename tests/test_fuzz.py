@@ -145,7 +145,8 @@ def test_format_spec_names_what_the_code_writes():
     columns = {"AGGR": sites, "AGGD": ("id",) + sites,
                "TSER": capture.SERIES_COLUMNS + capture.MEMORY_COLUMNS,
                "LIVE": capture.LIVE_COLUMNS,
-               "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS + capture.BEHAVIOUR_PAIRS,
+               "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS
+               + capture.BEHAVIOUR_LATER_HISTS + capture.BEHAVIOUR_PAIRS,
                "EVTS": tuple(n for n in capture.EVENT_DTYPE.names if n != "pad")}
     for kind, names in columns.items():
         missing = [n for n in names if f"`{n}`" not in rows[kind]]

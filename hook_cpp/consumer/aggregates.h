@@ -26,6 +26,7 @@ struct Event {
   uint8_t op;
   uint8_t is_free;
   uint64_t event = 0;  // allocations: the event's own name, as a dependency would give it
+  uint64_t uncertainty = 0;  // how far `ts` may be off (ticks): ring_reader.h, time_of()
 };
 
 // One applied event, as --record-events keeps it (numpy dtype EVENT_DTYPE in Python). Not an
@@ -60,6 +61,9 @@ struct Site {
 // What the address table says of a live block's pointer (reconcile).
 enum class TableSays { kLive, kFreed, kUnknown };
 
+// Reports claim lifetimes to this resolution at best (README, "Lifetimes"): one shorter, however
+// well timed, is counted as "under 1 µs".
+constexpr uint64_t kLifetimeResolutionNs = 1024;
 constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
 inline int log2_bucket(uint64_t v) { return v ? std::min(63 - __builtin_clzll(v), kBuckets - 1) : 0; }
 
@@ -81,6 +85,7 @@ class Aggregates {
     sites_.resize(stacks);
     size_hist_.resize(stacks * kBuckets);
     life_hist_.resize(stacks * kBuckets);
+    unresolved_hist_.resize(stacks * kBuckets);
   }
 
   __attribute__((always_inline)) void apply(const Event& e, double ns_per_tick) {
@@ -108,8 +113,17 @@ class Aggregates {
       LastAlloc& last = last_alloc_[e.tid & (kPerThread - 1)];
       if (last.tid == e.tid && last.ptr == e.ptr) s.temporary++;
       last.ptr = 0;
-      uint64_t lifetime = e.ts > b->ts ? (uint64_t)((e.ts - b->ts) * ns_per_tick) : 0;
-      life_hist_[size_t(b->stack) * kBuckets + log2_bucket(lifetime)]++;
+      // The lifetime, where both events' uncertainties together (the idle time their windows
+      // may hide) are at most a third of it and it is no shorter than the resolution reports
+      // claim; any other is known only to lie under a bound.
+      const uint64_t life = e.ts > b->ts ? e.ts - b->ts : 0, unc = e.uncertainty + b->uncertainty;
+      const uint64_t life_ns = uint64_t(double(life) * ns_per_tick);
+      if (life >= 3 * unc && life_ns >= kLifetimeResolutionNs)
+        life_hist_[size_t(b->stack) * kBuckets + log2_bucket(life_ns)]++;
+      else
+        unresolved_hist_[size_t(b->stack) * kBuckets +
+                         log2_bucket(std::max<uint64_t>(uint64_t(double(life + unc) * ns_per_tick),
+                                                        kLifetimeResolutionNs - 1))]++;
       live_.erase(b);
       return;
     }
@@ -124,6 +138,7 @@ class Aggregates {
     b->stack = e.stack;
     b->size = e.size;
     b->ts = e.ts;
+    b->uncertainty = e.uncertainty;
     b->tid = e.tid;
     b->call_seq = 0;
     b->event = e.event;
@@ -195,6 +210,8 @@ class Aggregates {
   const LiveMap& live() const { return live_; }
   const std::vector<uint64_t>& size_hist() const { return size_hist_; }  // kBuckets per stack
   const std::vector<uint64_t>& life_hist() const { return life_hist_; }
+  // Lifetimes known only to lie below a bound: bucket b counts those under 2^(b+1) ns.
+  const std::vector<uint64_t>& unresolved_hist() const { return unresolved_hist_; }
   template <class F>
   void each_thread_pair(F f) const {
     for (const auto& [k, count] : thread_pairs_) f(k, count);
@@ -265,7 +282,7 @@ class Aggregates {
 
   double sample_rate_;
   std::vector<Site> sites_;
-  std::vector<uint64_t> size_hist_, life_hist_;  // kBuckets per stack
+  std::vector<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0;
   std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kPerThread, LastAlloc{0, 0});

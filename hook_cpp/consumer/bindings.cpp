@@ -156,7 +156,8 @@ py::dict behaviour(const Consumer& c) {
                {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary,
                 &Site::freed_same_call});
   for (auto [name, hist] : {std::make_pair("size_hist", &a.size_hist()),
-                            std::make_pair("lifetime_hist", &a.life_hist())}) {
+                            std::make_pair("lifetime_hist", &a.life_hist()),
+                            std::make_pair("lifetime_unresolved_hist", &a.unresolved_hist())}) {
     py::array_t<uint64_t> h({n, (size_t)kBuckets});
     std::memcpy(h.mutable_data(), hist->data(), n * kBuckets * 8);
     d[name] = h;

@@ -14,6 +14,7 @@ class LiveMap {
     uint64_t key;
     uint64_t size;
     uint64_t ts;  // when it was allocated (raw clock)
+    uint64_t uncertainty;  // how far ts may be off (raw clock)
     uint32_t stack;
     uint32_t tid;  // which thread allocated it
     uint32_t call_index, call_seq;  // its allocating call in the thread's active frames
@@ -39,7 +40,7 @@ class LiveMap {
         return &blocks_[i];
       }
       if (!blocks_[i].key) {
-        blocks_[i] = Block{key, 0, 0, 0, 0, 0, 0, 0};
+        blocks_[i] = Block{key, 0, 0, 0, 0, 0, 0, 0, 0};
         count_++;
         *inserted = true;
         return &blocks_[i];
@@ -77,7 +78,7 @@ class LiveMap {
   void resize(size_t n) {
     std::vector<Block> old;
     old.swap(blocks_);
-    blocks_.assign(n, Block{0, 0, 0, 0, 0, 0, 0, 0});
+    blocks_.assign(n, Block{0, 0, 0, 0, 0, 0, 0, 0, 0});
     mask_ = n - 1;
     count_ = 0;
     bool inserted;
