@@ -64,10 +64,8 @@ def floor_series(y: np.ndarray) -> np.ndarray:
 
 
 def _duration(seconds: float) -> str:
-    for unit, scale in (("h", 3600), ("min", 60), ("s", 1)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e3:.3g} ms"
+    from .report import duration_text
+    return duration_text(seconds * 1e9)
 
 
 def _rate(bytes_per_min: float) -> str:

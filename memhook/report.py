@@ -200,10 +200,11 @@ def frame_text(f: dict) -> str:
 
 
 def duration_text(ns: float) -> str:
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+    """A duration in the largest unit it fills, three significant digits."""
+    for unit, scale in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if ns >= scale:
-            return f"{ns / scale:g} {unit}"
-    return f"{ns:g} ns"
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
 
 
 def process_memory_text(pm: dict) -> str:
