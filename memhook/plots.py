@@ -126,6 +126,9 @@ def growth(cap: Capture, report: dict, symbolizer):
     ax.set_xlim(0, top_value * 1.25)
     for y, v in enumerate(values):
         ax.text(v + top_value * 0.01, y, human_bytes(v) + "/min", va="center", fontsize=8)
+    if not any(v > 0 for v in values):
+        ax.text(0.5, 0.5, "no suspect's live blocks grow at the end of the capture",
+                transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.35")
     ax.set_xlabel("growth in the last third of the capture")
     ax.set_title("Leak suspects: growth at the end of the capture")
     ax.grid(axis="x", alpha=0.3)
