@@ -28,6 +28,25 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
+
+# For the OTLP tests: an OpenTelemetry Collector built once with the Collector Builder from the
+# Go module proxy (about two minutes), kept in .venv/otelcol.
+otelcol=.venv/otelcol/otelcol-memhook
+go=$(command -v go || echo /usr/local/go/bin/go)
+if [ ! -x "$otelcol" ]; then
+  if [ -x "$go" ]; then
+    echo "setup: building the OpenTelemetry Collector for the OTLP tests"
+    mkdir -p .venv/otelcol
+    GOBIN="$PWD/.venv/otelcol" "$go" install go.opentelemetry.io/collector/cmd/builder@v0.165.0
+    sed "s|^dist:|dist:\n  output_path: $PWD/.venv/otelcol/build|" scripts/otelcol-builder.yaml \
+      > .venv/otelcol/builder.yaml
+    .venv/otelcol/builder --config .venv/otelcol/builder.yaml > .venv/otelcol/build.log 2>&1 \
+      || { tail -20 .venv/otelcol/build.log; exit 1; }
+    cp .venv/otelcol/build/otelcol-memhook "$otelcol"
+  else
+    echo "setup: no Go toolchain: the OTLP tests will be skipped"
+  fi
+fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q ".[test]"
 echo "setup: memhook installed in .venv ($(.venv/bin/memhook --version))"

@@ -52,6 +52,13 @@ def attach_parser() -> Parser:
                         "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
+    p.add_argument("--otlp", metavar="URL", help="send the profile to this OpenTelemetry "
+                   "Collector (OTLP/HTTP, e.g. http://collector:4318) every --push-interval "
+                   "and at detach")
+    p.add_argument("--push-interval", type=positive_float, default=60.0, metavar="S",
+                   help="seconds between OTLP pushes (default 60)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a resource attribute of the OTLP profiles (service=NAME: service.name)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
     return p
 
@@ -141,6 +148,10 @@ def run_attach(argv: list[str]) -> int:
                    sample_rate=a.sample_rate, library_dir=a.library_dir)
     try:
         opts.check()
+        if a.otlp:
+            from .. import otlp
+            labels = otlp.labels(a.label)
+            otlp.endpoint(a.otlp)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -157,9 +168,13 @@ def run_attach(argv: list[str]) -> int:
     recorder = capture.Recorder(session, a.output, snapshot_every=a.snapshot_interval,
                                 record_events=a.record_events)
     result = attach_or_explain(session)
+    pusher = None
     try:
         report_attached(session, result)
         recorder.start()
+        if a.otlp:
+            pusher = otlp.Pusher(session, a.otlp, labels, a.push_interval)
+            pusher.start()
         follow(session, recorder, a, stop)
     finally:  # whatever happened since attach, the target gets its slots back
         stop["reason"] = stop["reason"] or "error"
@@ -169,6 +184,12 @@ def run_attach(argv: list[str]) -> int:
     print(f"memhook: detached ({stop['reason']}): {session.restored} slots restored"
           + (f"; target paused {session.pause_ms['detach']:.1f} ms"
              if "detach" in session.pause_ms else ""), flush=True)
+    if pusher:
+        pusher.stop()
+        print(f"memhook: {pusher.sent} profiles sent to {otlp.endpoint(a.otlp)}"
+              + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
+              + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""),
+              flush=True)
     cap = recorder.finish()
     if a.output:
         print(f"memhook: capture written to {a.output} ({recorder.writer.bytes} bytes)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from ..procfs import TargetError
 from .arguments import EXIT_OK, Parser, UsageError, positive_float, size_arg
 
 
@@ -11,12 +12,16 @@ def report_parser() -> Parser:
     p = Parser(prog="memhook report", description="Report on a capture file, on this host or "
                "another one.")
     p.add_argument("capture", help="capture file written by memhook -o")
-    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html"),
+    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html", "otlp"),
                    default="text", help="text (default), json, pprof (gzip profile.proto), "
                    "collapsed (folded stacks for flame graphs), html (one self-contained file)")
     p.add_argument("--plots", metavar="DIR", help="also write the report's pictures here")
     p.add_argument("--plot-format", choices=("png", "svg"), default="png")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")
+    p.add_argument("--otlp", metavar="URL", help="send the capture's profile to this OpenTelemetry "
+                   "Collector (OTLP/HTTP, e.g. http://collector:4318)")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a resource attribute of the OTLP profile (service=NAME: service.name)")
     p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
     p.add_argument("--min-size", type=size_arg, default=0,
                    help="only stacks whose average allocation is at least this size")
@@ -51,7 +56,7 @@ def emit(text, path: str | None) -> None:
         with open(path, "wb") as f:
             f.write(data)
     elif isinstance(text, bytes) and sys.stdout.isatty():
-        raise UsageError("pprof output is binary: write it with -o FILE")
+        raise UsageError("pprof and otlp output is binary: write it with -o FILE")
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -91,6 +96,26 @@ def run_report(argv: list[str]) -> int:
              else report.render_diff_text(d, top=a.top or 10), a.output)
         return EXIT_OK
     rep = report.build(cap, symbolizer, filters)
+    if a.otlp or a.format == "otlp":
+        from .. import otlp
+        try:
+            attrs = otlp.labels(a.label)
+            url = otlp.endpoint(a.otlp) if a.otlp else ""
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        meta = cap.meta
+        req = otlp.request(rep, cap.modules, meta, attrs, int(meta.get("started_at", 0) * 1e9),
+                           int((meta.get("ended_at") or meta.get("started_at", 0)) * 1e9))
+        if a.format == "otlp":
+            emit(req.SerializeToString(), a.output)
+        if a.otlp:
+            try:
+                rejected = otlp.push(url, req)
+            except otlp.PushError as e:
+                raise TargetError(str(e)) from None
+            print(f"memhook: profile sent to {url}" + (f"; the collector rejected {rejected} "
+                  "profiles" if rejected else ""), file=sys.stderr)
+        return EXIT_OK
     if a.plots:
         from .. import plots
         for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):

@@ -1,0 +1,287 @@
+"""OTLP profiles: a traced process's current profile as an OTLP/HTTP export request, built with
+opentelemetry-proto's generated classes (profiles v1development).
+
+One Profile per sample type, as the signal has it: in-use space and objects, allocated space and
+objects (pprof's four). Stacks, locations (one per return address, its inlined frames as lines),
+functions and mappings go in the request's dictionary, each table starting with its zero value;
+mappings carry the module's build-id so that a backend can symbolize elsewhere. In sampling mode
+the values are the consumer's unbiased estimates and each profile states its period."""
+from __future__ import annotations
+
+import os
+import socket
+
+from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+    ExportProfilesServiceRequest)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+SAMPLE_TYPES = (("inuse_space", "bytes", "outstanding_bytes"),
+                ("inuse_objects", "count", "outstanding_count"),
+                ("alloc_space", "bytes", "alloc_bytes"),
+                ("alloc_objects", "count", "alloc_count"))
+BUILD_ID = "process.executable.build_id.gnu"  # semantic conventions' key
+
+
+class Dictionary:
+    """The request's shared tables, each entry added once."""
+
+    def __init__(self):
+        self.d = pb.ProfilesDictionary()
+        self.d.mapping_table.add()
+        self.d.location_table.add()
+        self.d.function_table.add()
+        self.d.link_table.add()
+        self.d.attribute_table.add()
+        self.d.stack_table.add()
+        self.d.string_table.append("")
+        self._strings = {"": 0}
+        self._index: dict = {}
+
+    def string(self, s: str) -> int:
+        if s not in self._strings:
+            self._strings[s] = len(self.d.string_table)
+            self.d.string_table.append(s)
+        return self._strings[s]
+
+    def _once(self, key, table, make) -> int:
+        if key not in self._index:
+            self._index[key] = len(table)
+            make(table.add())
+        return self._index[key]
+
+    def attribute(self, key: str, value: str) -> int:
+        def make(a):
+            a.key_strindex = self.string(key)
+            a.value.string_value = value
+        return self._once(("attr", key, value), self.d.attribute_table, make)
+
+    def mapping(self, module: dict) -> int:
+        def make(m):
+            m.memory_start, m.memory_limit = module["lo"], module["hi"]
+            m.file_offset = max(module["lo"] - module["bias"], 0)
+            m.filename_strindex = self.string(module["path"])
+            if module.get("build_id"):
+                m.attribute_indices.append(self.attribute(BUILD_ID, module["build_id"]))
+        return self._once(("map", module["path"], module["lo"]), self.d.mapping_table, make)
+
+    def function(self, name: str, file: str | None) -> int:
+        def make(f):
+            f.name_strindex = f.system_name_strindex = self.string(name)
+            f.filename_strindex = self.string(file or "")
+        return self._once(("fn", name, file), self.d.function_table, make)
+
+    def location(self, frames: list, modules: list) -> int:
+        """One return address: its frames, innermost (inlined) first, become its lines."""
+        address = int(frames[0]["address"], 16)
+
+        def make(loc):
+            loc.address = address
+            module = next((m for m in modules if m["lo"] <= address < m["hi"]), None)
+            if module:
+                loc.mapping_index = self.mapping(module)
+            for f in frames:
+                if f["function"]:
+                    loc.lines.add(function_index=self.function(f["function"], f["file"]),
+                                  line=f["line"] or 0)
+        return self._once(("loc", address), self.d.location_table, make)
+
+    def stack(self, frames: list, modules: list) -> int:
+        # Inlined frames share their caller's address: one location per address, leaf first.
+        groups: list = []
+        for f in frames:
+            if groups and groups[-1][-1].get("inlined"):
+                groups[-1].append(f)
+            else:
+                groups.append([f])
+        locations = tuple(self.location(g, modules) for g in groups)
+
+        def make(s):
+            s.location_indices.extend(locations)
+        return self._once(("stack", locations), self.d.stack_table, make)
+
+
+def _attributes(pairs: dict) -> list:
+    out = []
+    for k, v in pairs.items():
+        value = AnyValue(int_value=v) if isinstance(v, int) else AnyValue(string_value=str(v))
+        out.append(KeyValue(key=k, value=value))
+    return out
+
+
+def resource_attributes(meta: dict, labels: dict) -> dict:
+    """host.name, process.pid, process.executable.name, process.command_line, service.name
+    (from --label service=...), then the user's labels."""
+    attrs = {"host.name": meta.get("host") or socket.gethostname(),
+             "process.pid": int(meta.get("pid") or 0),
+             "process.executable.name": os.path.basename(meta.get("exe") or ""),
+             "process.command_line": meta.get("command") or ""}
+    if "service" in labels:
+        attrs["service.name"] = labels["service"]
+    attrs.update({k: v for k, v in labels.items() if k != "service"})
+    return attrs
+
+
+def request(report: dict, modules: list, meta: dict, labels: dict, start_ns: int,
+            end_ns: int) -> ExportProfilesServiceRequest:
+    """The export request for one process: `report` as report.build() made it (frames
+    symbolized), `modules` the capture's module table."""
+    d = Dictionary()
+    sample_rate = int(report["totals"].get("sample_rate") or 0)
+    stacks = [(d.stack(s["frames"], modules), s) for s in report["sites"]]
+    profiles = []
+    for name, unit, key in SAMPLE_TYPES:
+        p = pb.Profile(time_unix_nano=start_ns, duration_nano=max(end_ns - start_ns, 0))
+        p.sample_type.type_strindex, p.sample_type.unit_strindex = d.string(name), d.string(unit)
+        if sample_rate:
+            p.period_type.type_strindex = d.string("space")
+            p.period_type.unit_strindex = d.string("bytes")
+            p.period = sample_rate
+        for index, site in stacks:
+            if site[key] > 0:
+                p.samples.add(stack_index=index, values=[int(site[key])])
+        profiles.append(p)
+    from . import __version__
+    scope = pb.ScopeProfiles(scope=InstrumentationScope(name="memhook", version=__version__),
+                             profiles=profiles)
+    resource = Resource(attributes=_attributes(resource_attributes(meta, labels)))
+    return ExportProfilesServiceRequest(
+        resource_profiles=[pb.ResourceProfiles(resource=resource, scope_profiles=[scope])],
+        dictionary=d.d)
+
+
+PATH = "/v1development/profiles"
+
+
+class PushError(Exception):
+    """A push the collector did not take, as one line."""
+
+
+def endpoint(url: str) -> str:
+    """The OTLP/HTTP profiles endpoint of a collector URL (http://host:4318), as given if it
+    already names the path."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--otlp takes an http:// or https:// URL, not {url!r}")
+    return url if url.rstrip("/").endswith(PATH) else url.rstrip("/") + PATH
+
+
+def push(url: str, req: ExportProfilesServiceRequest, timeout_s: float = 5.0) -> int:
+    """POST the request (protobuf) to the collector; returns the profiles it rejected (OTLP's
+    partial success). Raises PushError."""
+    import urllib.error
+    import urllib.request
+
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+        ExportProfilesServiceResponse)
+    http = urllib.request.Request(endpoint(url), data=req.SerializeToString(), method="POST",
+                                  headers={"Content-Type": "application/x-protobuf"})
+    try:
+        with urllib.request.urlopen(http, timeout=timeout_s) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as e:
+        raise PushError(f"the collector at {url} answered HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PushError(f"the collector at {url} could not be reached: {reason}") from None
+    answer = ExportProfilesServiceResponse()
+    try:
+        answer.ParseFromString(body)
+    except Exception:  # noqa: BLE001 (a collector that answers 200 with something else)
+        return 0
+    return int(answer.partial_success.rejected_profiles)
+
+
+def labels(pairs: list[str]) -> dict:
+    """--label KEY=VALUE, repeated."""
+    out = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label takes KEY=VALUE, not {p!r}")
+        out[key] = value
+    return out
+
+
+class Pusher:
+    """The session's profile, sent every `interval` seconds and at detach, on a thread of its
+    own: the consumer's thread never waits for a collector. Each push is built on this thread
+    (symbolized as it goes) and posted with a timeout; a push that fails stays queued and is
+    retried at the next interval, at most BACKLOG of them (the oldest dropped and counted)."""
+
+    BACKLOG = 4
+    TIMEOUT_S = 5.0
+
+    def __init__(self, session, url: str, attrs: dict, interval: float):
+        import collections
+        import threading
+        self.session, self.url, self.attrs, self.interval = session, url, attrs, interval
+        self.sent = self.failed = self.dropped = 0
+        self.last_error = ""
+        self._queue: collections.deque = collections.deque()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memhook-otlp", daemon=True)
+        self._symbolizer = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """After detach: one last push of the final profile, then the thread ends."""
+        self._stop.set()
+        self._thread.join()
+        self._enqueue()
+        self._flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._enqueue()
+            self._flush()
+
+    def _enqueue(self) -> None:
+        try:
+            self._queue.append(self.snapshot())
+        except Exception as e:  # noqa: BLE001 (a push is never worth memhook's life)
+            self.failed += 1
+            self.last_error = f"could not build the profile: {e}"
+            return
+        while len(self._queue) > self.BACKLOG:
+            self._queue.popleft()
+            self.dropped += 1
+
+    def _flush(self) -> None:
+        while self._queue:
+            try:
+                push(self.url, self._queue[0], self.TIMEOUT_S)
+            except PushError as e:
+                self.failed += 1
+                self.last_error = str(e)
+                return
+            self._queue.popleft()
+            self.sent += 1
+
+    def snapshot(self) -> ExportProfilesServiceRequest:
+        """The session's profile now, from the consumer's aggregates."""
+        import time
+
+        import numpy as np
+
+        from . import report
+        from .capture import Capture, module_table
+        from .symbolize import Symbolizer
+        s = self.session
+        consumer = s.consumer
+        modules = module_table(s.modules.values())
+        if self._symbolizer is None:
+            self._symbolizer = Symbolizer(modules)
+        else:
+            self._symbolizer.set_modules(s.modules.values())
+        offsets, frames = consumer.stacks(0)
+        meta = {**s.metadata(), "totals": {k: int(v) for k, v in consumer.totals().items()}}
+        sites = {k: v.astype(np.uint64) for k, v in consumer.sites().items()}
+        n = len(offsets) - 1  # stacks interned after sites() was read have no row yet
+        sites = {k: v[:n] for k, v in sites.items()}
+        cap = Capture(meta, modules, sites, offsets.astype(np.uint64), frames.astype(np.uint64))
+        rep = report.build(cap, self._symbolizer)
+        now = time.time()
+        return request(rep, modules, meta, self.attrs, int(s.started_at * 1e9), int(now * 1e9))
