@@ -29,11 +29,11 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 
-# For the OTLP tests: an OpenTelemetry Collector built once with the Collector Builder from the
-# Go module proxy (about two minutes), kept in .venv/otelcol.
+# For the OTLP tests (scripts/test.sh passes --tests): an OpenTelemetry Collector built once
+# with the Collector Builder from the Go module proxy (about two minutes), kept in .venv/otelcol.
 otelcol=.venv/otelcol/otelcol-memhook
 go=$(command -v go || echo /usr/local/go/bin/go)
-if [ ! -x "$otelcol" ]; then
+if [ "${1:-}" = --tests ] && [ ! -x "$otelcol" ]; then
   if [ -x "$go" ]; then
     echo "setup: building the OpenTelemetry Collector for the OTLP tests"
     mkdir -p .venv/otelcol
