@@ -148,6 +148,12 @@ class RingReader {
     return false;
   }
 
+  // A record's length in words, from its header (segment.h's grammar).
+  static size_t record_words(uint8_t kind, uint32_t nf) {
+    return kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
+         : kind == kFree || kind == kTime ? 2 : 1;
+  }
+
   // An anchor: every event before cursor `w` happened no later than `t`, every event after it
   // no earlier (a clock record the writer wrote at w; or w as a drain found the write cursor,
   // and the consumer's clock read just after).
@@ -173,8 +179,7 @@ class RingReader {
         rd += cap - pos;
         continue;
       }
-      const size_t words = kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
-                         : kind == kFree || kind == kTime ? 2 : 1;
+      const size_t words = record_words(kind, nf);
       if (kind > kThread || pos + 8 * words > cap || 8 * words > w - rd) break;
       if (kind == kTime) anchors_.push_back({rd, at[1]});
       rd += 8 * words;
@@ -276,8 +281,7 @@ class RingReader {
         rd += cap - pos;
         continue;
       }
-      size_t words = kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
-                   : kind == kFree || kind == kTime ? 2 : 1;
+      const size_t words = record_words(kind, nf);
       if (kind > kThread || pos + 8 * words > cap || 8 * words > w - rd) {
         rd = w;  // malformed: skip what is there
         break;

@@ -21,23 +21,17 @@ inline uint64_t table_swap(ThreadState& t, uint64_t p, uint64_t live, uint64_t w
   return (old & kTagMask) == (ti.tag & kTagMask) ? old >> kDepShift : 0;
 }
 
-// A free the ring had no room for: the pointer's entry says "not live" all the same, keeping its
-// dependency (a later event on the pointer still waits for the allocation the consumer knows).
-// At detach memhook reads the table and drops the block from the report (Consumer::reconcile).
-// An entry another pointer has taken since cannot say: that block is reported as uncertain.
-inline void table_mark_freed(uint64_t p) {
+// An event the ring had no room for: the pointer's entry says live or not all the same, keeping
+// its dependency (a later event on the pointer still waits for the one the consumer knows). A
+// dropped free marks it freed, and at detach memhook reads the table and drops the block from the
+// report (Consumer::reconcile); a realloc whose unrecorded free failed marks it live again. An
+// entry another pointer has taken since is left alone: that block is reported as uncertain.
+inline void table_set_live(uint64_t p, bool live) {
   TableIndex ti = table_index(p);
   uint64_t* e = g_table + ti.index;
   uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
-  if ((old & kTagMask) == (ti.tag & kTagMask)) __atomic_store_n(e, old & ~kLive, __ATOMIC_RELAXED);
-}
-
-// A realloc whose free of `old` went unrecorded and failed: the block is live again.
-inline void table_mark_live(uint64_t p) {
-  TableIndex ti = table_index(p);
-  uint64_t* e = g_table + ti.index;
-  uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED);
-  if ((old & kTagMask) == (ti.tag & kTagMask)) __atomic_store_n(e, old | kLive, __ATOMIC_RELAXED);
+  if ((old & kTagMask) == (ti.tag & kTagMask))
+    __atomic_store_n(e, live ? old | kLive : old & ~kLive, __ATOMIC_RELAXED);
 }
 
 }  // namespace

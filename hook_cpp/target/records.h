@@ -99,9 +99,9 @@ inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p
 
 __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
   uint64_t w;
-  if (!event_ring(t, true)) return table_mark_freed((uint64_t)p);
+  if (!event_ring(t, true)) return table_set_live((uint64_t)p, false);
   if (!reserve(t, 16, &w, true)) {
-    table_mark_freed((uint64_t)p);
+    table_set_live((uint64_t)p, false);
     return drop_free(t.ring);
   }
   write_free(t, record_at(t, w), w, op, p, fp);
@@ -123,9 +123,9 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
 static void* realloc_unrecorded(void* old, uint64_t size, bool track_old,
                                 void* (*call)(void*, uint64_t, uint64_t), uint64_t a1,
                                 uint64_t a2) {
-  if (track_old) table_mark_freed((uint64_t)old);
+  if (track_old) table_set_live((uint64_t)old, false);
   void* p = call(old, a1, a2);
-  if (track_old && !p && size) table_mark_live((uint64_t)old);
+  if (track_old && !p && size) table_set_live((uint64_t)old, true);
   return p;
 }
 
