@@ -427,8 +427,8 @@ class Recorder:
         """After detach: the final tick, the closing blocks, and the whole capture in memory."""
         self.tick(final=True)
         consumer = self.session.consumer
-        meta = self.session.metadata()
-        meta["totals"] = _ints(consumer.totals())
+        cap = current(self.session)
+        meta = cap.meta
         live = None
         if self.record_events:  # per block: it grows with the heap, so only when asked
             live = consumer.live_blocks()
@@ -438,20 +438,31 @@ class Recorder:
             if live is not None:
                 self.writer.arrays(b"LIVE", **live)
             self.writer.close()
-        offsets, frames = consumer.stacks(0)
-        series = {k: np.asarray(v) for k, v in self.series.items()}
-        series.update({k: np.asarray(v, np.float64 if k.endswith("time_s") else np.uint64)
-                       for k, v in self.top.items()})
-        return Capture(meta, module_table(self.session.modules.values()),
-                       {k: v.astype(np.uint64) for k, v in consumer.sites().items()},
-                       offsets.astype(np.uint64), frames.astype(np.uint64), series,
-                       np.concatenate(self.events) if self.events else None, True, live,
-                       consumer.behaviour())
+        cap.series = {k: np.asarray(v) for k, v in self.series.items()}
+        cap.series.update({k: np.asarray(v, np.float64 if k.endswith("time_s") else np.uint64)
+                           for k, v in self.top.items()})
+        cap.events = np.concatenate(self.events) if self.events else None
+        cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
+        return cap
 
     def _ns_since_start(self, raw: np.ndarray) -> np.ndarray:
         consumer = self.session.consumer
         return np.maximum(raw.astype(np.float64) - consumer.clock_origin, 0) * \
             consumer.ticks_to_ns()
+
+
+def current(session) -> Capture:
+    """What a session's consumer holds now, as a capture of metadata, totals, modules, stacks and
+    their aggregates (no series): the final report's base, and each OTLP push's."""
+    consumer = session.consumer
+    meta = {**session.metadata(), "totals": _ints(consumer.totals())}
+    offsets, frames = consumer.stacks(0)
+    # Stacks interned after the aggregates were read have no row yet; rows past the stacks read
+    # are for stacks not read.
+    n = len(offsets) - 1
+    sites = {k: v.astype(np.uint64)[:n] for k, v in consumer.sites().items()}
+    return Capture(meta, module_table(session.modules.values()), sites, offsets.astype(np.uint64),
+                   frames.astype(np.uint64))
 
 
 def _ints(d: dict) -> dict:

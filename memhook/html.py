@@ -72,8 +72,9 @@ def _share(x: float) -> str:
 
 
 # The behaviour sections: (report key, title, what it means, columns: header, key, format).
+# {threshold} in a title: the report's transient threshold.
 TABLES = (
-    ("transient", "Transient allocations (freed quickly)",
+    ("transient", "Transient allocations (freed within {threshold})",
      "Stacks whose blocks are freed soon after they are allocated: each one an allocator round "
      "trip that a stack buffer or a reused block would save.",
      (("allocations", "alloc_count", _count), ("freed quickly", "transient_count", _count),
@@ -147,8 +148,7 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
         rows = report.get(key, [])
         if not rows:
             continue
-        if key == "transient":
-            title = f"Transient allocations (freed within {duration_text(report['transient_threshold_ns'])})"
+        title = title.format(threshold=duration_text(report.get("transient_threshold_ns", 1e6)))
         parts.append(f"<h2>{title}</h2><p class='why'>{why}</p><table><tr>"
                      + "".join(f"<th class='num'>{html.escape(c)}</th>" for c, _, _ in columns)
                      + "<th>stack</th></tr>")

@@ -161,8 +161,6 @@ class PushError(Exception):
 def endpoint(url: str) -> str:
     """The OTLP/HTTP profiles endpoint of a collector URL (http://host:4318), as given if it
     already names the path."""
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"--otlp takes an http:// or https:// URL, not {url!r}")
     return url if url.rstrip("/").endswith(PATH) else url.rstrip("/") + PATH
 
 
@@ -180,27 +178,16 @@ def push(url: str, req: ExportProfilesServiceRequest, timeout_s: float = 5.0) ->
         with urllib.request.urlopen(http, timeout=timeout_s) as resp:
             body = resp.read()
     except urllib.error.HTTPError as e:
-        raise PushError(f"the collector at {url} answered HTTP {e.code}") from None
+        raise PushError(f"the collector at {endpoint(url)} answered HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise PushError(f"the collector at {url} could not be reached: {reason}") from None
+        raise PushError(f"the collector at {endpoint(url)} could not be reached: {reason}") from None
     answer = ExportProfilesServiceResponse()
     try:
         answer.ParseFromString(body)
     except Exception:  # noqa: BLE001 (a collector that answers 200 with something else)
         return 0
     return int(answer.partial_success.rejected_profiles)
-
-
-def labels(pairs: list[str]) -> dict:
-    """--label KEY=VALUE, repeated."""
-    out = {}
-    for p in pairs:
-        key, sep, value = p.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--label takes KEY=VALUE, not {p!r}")
-        out[key] = value
-    return out
 
 
 class Pusher:
@@ -216,6 +203,7 @@ class Pusher:
         import collections
         import threading
         self.session, self.url, self.attrs, self.interval = session, url, attrs, interval
+        self.endpoint = endpoint(url)
         self.sent = self.failed = self.dropped = 0
         self.last_error = ""
         self._queue: collections.deque = collections.deque()
@@ -264,24 +252,14 @@ class Pusher:
         """The session's profile now, from the consumer's aggregates."""
         import time
 
-        import numpy as np
-
         from . import report
-        from .capture import Capture, module_table
+        from .capture import current
         from .symbolize import Symbolizer
-        s = self.session
-        consumer = s.consumer
-        modules = module_table(s.modules.values())
+        cap = current(self.session)
         if self._symbolizer is None:
-            self._symbolizer = Symbolizer(modules)
+            self._symbolizer = Symbolizer(cap.modules)
         else:
-            self._symbolizer.set_modules(s.modules.values())
-        offsets, frames = consumer.stacks(0)
-        meta = {**s.metadata(), "totals": {k: int(v) for k, v in consumer.totals().items()}}
-        sites = {k: v.astype(np.uint64) for k, v in consumer.sites().items()}
-        n = len(offsets) - 1  # stacks interned after sites() was read have no row yet
-        sites = {k: v[:n] for k, v in sites.items()}
-        cap = Capture(meta, modules, sites, offsets.astype(np.uint64), frames.astype(np.uint64))
+            self._symbolizer.set_modules(cap.modules)
         rep = report.build(cap, self._symbolizer)
-        now = time.time()
-        return request(rep, modules, meta, self.attrs, int(s.started_at * 1e9), int(now * 1e9))
+        return request(rep, cap.modules, cap.meta, self.attrs,
+                       int(self.session.started_at * 1e9), int(time.time() * 1e9))

@@ -35,6 +35,27 @@ def pid_arg(text: str) -> int:
     return int(text)
 
 
+def otlp_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"an http:// or https:// URL is expected, not {text!r}")
+    return text
+
+
+def label_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"KEY=VALUE is expected, not {text!r}")
+    return key, value
+
+
+def add_otlp_arguments(p: argparse.ArgumentParser, when: str) -> None:
+    """--otlp URL and --label KEY=VALUE (repeated; read them with dict(a.label))."""
+    p.add_argument("--otlp", type=otlp_url, metavar="URL", help="send the profile to this "
+                   f"OpenTelemetry Collector (OTLP/HTTP, e.g. http://collector:4318) {when}")
+    p.add_argument("--label", type=label_arg, action="append", default=[], metavar="KEY=VALUE",
+                   help="a resource attribute of the OTLP profile (service=NAME: service.name)")
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise UsageError(message)

@@ -10,8 +10,8 @@ from .. import __version__
 from ..live_view import LiveView
 from ..procfs import one_line
 from ..session import MAX_SIZE, Options
-from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, pid_arg, positive_float,
-                        size_arg)
+from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, add_otlp_arguments, pid_arg,
+                        positive_float, size_arg)
 
 
 def attach_parser() -> Parser:
@@ -52,13 +52,9 @@ def attach_parser() -> Parser:
                         "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
-    p.add_argument("--otlp", metavar="URL", help="send the profile to this OpenTelemetry "
-                   "Collector (OTLP/HTTP, e.g. http://collector:4318) every --push-interval "
-                   "and at detach")
+    add_otlp_arguments(p, "every --push-interval and at detach")
     p.add_argument("--push-interval", type=positive_float, default=60.0, metavar="S",
                    help="seconds between OTLP pushes (default 60)")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                   help="a resource attribute of the OTLP profiles (service=NAME: service.name)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
     return p
 
@@ -148,10 +144,6 @@ def run_attach(argv: list[str]) -> int:
                    sample_rate=a.sample_rate, library_dir=a.library_dir)
     try:
         opts.check()
-        if a.otlp:
-            from .. import otlp
-            labels = otlp.labels(a.label)
-            otlp.endpoint(a.otlp)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -173,7 +165,8 @@ def run_attach(argv: list[str]) -> int:
         report_attached(session, result)
         recorder.start()
         if a.otlp:
-            pusher = otlp.Pusher(session, a.otlp, labels, a.push_interval)
+            from .. import otlp
+            pusher = otlp.Pusher(session, a.otlp, dict(a.label), a.push_interval)
             pusher.start()
         follow(session, recorder, a, stop)
     finally:  # whatever happened since attach, the target gets its slots back
@@ -186,7 +179,7 @@ def run_attach(argv: list[str]) -> int:
              if "detach" in session.pause_ms else ""), flush=True)
     if pusher:
         pusher.stop()
-        print(f"memhook: {pusher.sent} profiles sent to {otlp.endpoint(a.otlp)}"
+        print(f"memhook: {pusher.sent} profiles sent to {pusher.endpoint}"
               + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
               + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""),
               flush=True)

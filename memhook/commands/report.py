@@ -5,7 +5,7 @@ import json
 import sys
 
 from ..procfs import TargetError
-from .arguments import EXIT_OK, Parser, UsageError, positive_float, size_arg
+from .arguments import EXIT_OK, Parser, UsageError, add_otlp_arguments, positive_float, size_arg
 
 
 def report_parser() -> Parser:
@@ -18,10 +18,7 @@ def report_parser() -> Parser:
     p.add_argument("--plots", metavar="DIR", help="also write the report's pictures here")
     p.add_argument("--plot-format", choices=("png", "svg"), default="png")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")
-    p.add_argument("--otlp", metavar="URL", help="send the capture's profile to this OpenTelemetry "
-                   "Collector (OTLP/HTTP, e.g. http://collector:4318)")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                   help="a resource attribute of the OTLP profile (service=NAME: service.name)")
+    add_otlp_arguments(p, "(the capture's)")
     p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
     p.add_argument("--min-size", type=size_arg, default=0,
                    help="only stacks whose average allocation is at least this size")
@@ -98,22 +95,18 @@ def run_report(argv: list[str]) -> int:
     rep = report.build(cap, symbolizer, filters)
     if a.otlp or a.format == "otlp":
         from .. import otlp
-        try:
-            attrs = otlp.labels(a.label)
-            url = otlp.endpoint(a.otlp) if a.otlp else ""
-        except ValueError as e:
-            raise UsageError(str(e)) from None
         meta = cap.meta
-        req = otlp.request(rep, cap.modules, meta, attrs, int(meta.get("started_at", 0) * 1e9),
+        req = otlp.request(rep, cap.modules, meta, dict(a.label),
+                           int(meta.get("started_at", 0) * 1e9),
                            int((meta.get("ended_at") or meta.get("started_at", 0)) * 1e9))
         if a.format == "otlp":
             emit(req.SerializeToString(), a.output)
         if a.otlp:
             try:
-                rejected = otlp.push(url, req)
+                rejected = otlp.push(a.otlp, req)
             except otlp.PushError as e:
                 raise TargetError(str(e)) from None
-            print(f"memhook: profile sent to {url}" + (f"; the collector rejected {rejected} "
+            print(f"memhook: profile sent to {otlp.endpoint(a.otlp)}" + (f"; the collector rejected {rejected} "
                   "profiles" if rejected else ""), file=sys.stderr)
         return EXIT_OK
     if a.plots:
