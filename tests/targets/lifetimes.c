@@ -23,7 +23,7 @@ NOINLINE static void churn_while_waiting(void) {
   char* q = malloc(24);
   __asm__ volatile("" : : "r"(q) : "memory");  /* the compiler may not elide the pair */
   free(q);
-  for (volatile int i = 0; i < 50; i++) {}
+  for (volatile int i = 0; i < 400; i++) {}  /* a steady pace the consumer keeps up with, loaded or not */
 }
 
 static void run(int busy) {
