@@ -24,6 +24,7 @@ VERSION = 1
 HEADER = struct.Struct("<16sII")
 BLOCK = struct.Struct("<4sIQ")
 MAX_BLOCK = 1 << 32
+MAX_PROCESSES = 1 << 20
 SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
                 "outstanding_bytes", "op_mask")
 # Since the dropped-free reconciliation (0 where a capture has none): outstanding blocks and
@@ -40,6 +41,11 @@ BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")
 BEHAVIOUR_LATER_HISTS = ("lifetime_unresolved_hist",)
 BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
 TOP_STACKS = 20  # stacks sampled in the time series per interval
+TICK_CHUNKS = ("top_time_s", "top_stack", "top_bytes", "stk_time_s", "stk_id", "stk_bytes")
+# What a live session holds in memory for its final report before it halves the series'
+# resolution (capture files keep every tick): ticks, and per-stack changes (24 bytes each).
+MAX_TICKS = 2048
+MAX_CHANGES = 2_000_000
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
                         ("tid", "<u4"), ("op", "u1"), ("is_free", "u1"), ("pad", "V6")])
 
@@ -62,6 +68,11 @@ class Capture:
     complete: bool = False
     live: dict | None = None                       # LIVE_COLUMNS, ts in ns since start
     behaviour: dict | None = None                  # BEHAVIOUR_* arrays
+    # A merged capture (merge()): the processes' own captures, and per process (rows, in that
+    # order) and merged stack (columns) their outstanding bytes and blocks; stack_map: per
+    # process, the merged id of each of its stacks.
+    processes: list = field(default_factory=list)
+    by_process: dict | None = None
 
     @property
     def stack_count(self) -> int:
@@ -100,6 +111,41 @@ class Writer:
         self._f.close()
 
 
+class SharedWriter(Writer):
+    """One capture file for several processes: each process's blocks follow a PROC block naming
+    it, written whenever the writing process changes (docs/capture-format.md)."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._current = 0
+
+    def process(self, index: int) -> "ProcessWriter":
+        return ProcessWriter(self, index)
+
+    def block_of(self, index: int, kind: bytes, payload: bytes) -> None:
+        if index != self._current:
+            Writer.block(self, b"PROC", json.dumps({"index": index}).encode())
+            self._current = index
+        Writer.block(self, kind, payload)
+
+
+class ProcessWriter(Writer):
+    """A process's view of a SharedWriter; closing it leaves the file open for the others."""
+
+    def __init__(self, shared: SharedWriter, index: int):  # noqa: super().__init__ opens a file
+        self.shared, self.index = shared, index
+
+    @property
+    def bytes(self) -> int:
+        return self.shared.bytes
+
+    def block(self, kind: bytes, payload: bytes) -> None:
+        self.shared.block_of(self.index, kind, payload)
+
+    def close(self) -> None:
+        pass
+
+
 def write(path: str, cap: Capture) -> None:
     """A whole capture at once (reports and tests; live sessions use Recorder)."""
     w = Writer(path)
@@ -122,6 +168,14 @@ def write(path: str, cap: Capture) -> None:
 # ---- Reading ----
 
 def read(path: str) -> Capture:
+    """The capture; of a file holding several processes, their merged view (merge()), each
+    process's own capture in its `.processes`."""
+    caps = read_processes(path)
+    return caps[0] if len(caps) == 1 else merge(caps)
+
+
+def read_processes(path: str) -> list[Capture]:
+    """Each process's capture, in the order they were attached."""
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -136,7 +190,8 @@ def read(path: str) -> Capture:
         if version != VERSION:
             raise CaptureError(f"{path} is capture format {version}; this memhook reads "
                                f"format {VERSION}")
-        state = _Assembly()
+        states = {0: _Assembly()}
+        state = states[0]
         while True:
             hdr = f.read(BLOCK.size)
             if len(hdr) < BLOCK.size:
@@ -148,14 +203,22 @@ def read(path: str) -> Capture:
             if len(data) < length or zlib.crc32(data) != crc:
                 break
             if kind == b"END ":
-                state.cap.complete = True
+                for st in states.values():
+                    st.cap.complete = True
                 break
             try:
+                if kind == b"PROC":
+                    index = json.loads(zlib.decompress(data))["index"]
+                    if not isinstance(index, int) or not 0 <= index <= MAX_PROCESSES:
+                        raise ValueError("process index out of range")
+                    state = states.setdefault(index, _Assembly())
+                    continue
                 state.add(kind, zlib.decompress(data))
             except Exception as e:  # any damage inside a block is the file's, not ours
                 raise CaptureError(f"{path}: damaged {kind.decode(errors='replace')!r} block "
                                    f"({type(e).__name__})") from None
-    return state.finish(path)
+    # A process that was to be attached but never was (it refused) wrote nothing.
+    return [states[i].finish(path) for i in sorted(states) if states[i].cap.meta or i == 0]
 
 
 def _is_u64(v) -> bool:
@@ -316,10 +379,8 @@ class Recorder:
     record_events: bool = False
     writer: Writer | None = None
     stacks_written: int = 0
-    series: dict = field(default_factory=lambda: {k: [] for k in SERIES_COLUMNS + MEMORY_COLUMNS})
-    top: dict = field(default_factory=lambda: {"top_time_s": [], "top_stack": [],
-                                               "top_bytes": [], "stk_time_s": [], "stk_id": [],
-                                               "stk_bytes": []})
+    ticks: list = field(default_factory=list)  # per tick: its series row and top/stk chunk
+    held: int = 0  # stk entries in ticks
     _last_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     events: list = field(default_factory=list)
     modules_written: int = -1
@@ -369,8 +430,6 @@ class Recorder:
         totals = consumer.totals()
         row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
                **procfs.memory(self.session.pid)}
-        for k in SERIES_COLUMNS + MEMORY_COLUMNS:
-            self.series[k].append(row[k])
         out = consumer.sites()["outstanding_bytes"]
         top = np.argsort(-out.astype(np.float64))[:TOP_STACKS]
         top = top[out[top] > 0]
@@ -380,8 +439,10 @@ class Recorder:
         chunk = {"top_time_s": np.full(len(top), now), "top_stack": top.astype(np.uint64),
                  "top_bytes": out[top], "stk_time_s": np.full(len(changed), now),
                  "stk_id": changed.astype(np.uint64), "stk_bytes": out[changed]}
-        for k, v in chunk.items():
-            self.top[k] += v.tolist()
+        self.ticks.append((row, chunk))
+        self.held += len(changed)
+        if len(self.ticks) > MAX_TICKS or self.held > MAX_CHANGES:
+            self._thin()
         ev = self._events()
         if ev is not None:
             self.events.append(ev)
@@ -438,12 +499,29 @@ class Recorder:
             if live is not None:
                 self.writer.arrays(b"LIVE", **live)
             self.writer.close()
-        cap.series = {k: np.asarray(v) for k, v in self.series.items()}
-        cap.series.update({k: np.asarray(v, np.float64 if k.endswith("time_s") else np.uint64)
-                           for k, v in self.top.items()})
+        cap.series = {k: np.asarray([row[k] for row, _ in self.ticks])
+                      for k in SERIES_COLUMNS + MEMORY_COLUMNS}
+        cap.series.update({k: np.concatenate([c[k] for _, c in self.ticks]).astype(
+            np.float64 if k.endswith("time_s") else np.uint64) for k in TICK_CHUNKS})
         cap.events = np.concatenate(self.events) if self.events else None
         cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
         return cap
+
+    def _thin(self) -> None:
+        """Halve the time resolution of what is held for the final report (the file keeps every
+        tick): of each pair of ticks the later one stays, and the stacks that changed only in
+        the earlier one are carried into it. A session of days holds a bounded series."""
+        kept = []
+        for i in range(0, len(self.ticks) - 1, 2):
+            (_, early), (row, late) = self.ticks[i], self.ticks[i + 1]
+            carried = ~np.isin(early["stk_id"], late["stk_id"])
+            late = {**late, **{k: np.concatenate([early[k][carried], late[k]])
+                               for k in ("stk_id", "stk_bytes")}}
+            late["stk_time_s"] = np.full(len(late["stk_id"]), row["time_s"])
+            kept.append((row, late))
+        kept += self.ticks[len(kept) * 2:]  # an odd last tick stays as it is
+        self.ticks = kept
+        self.held = sum(len(c["stk_id"]) for _, c in kept)
 
     def _ns_since_start(self, raw: np.ndarray) -> np.ndarray:
         consumer = self.session.consumer
@@ -471,3 +549,83 @@ def _ints(d: dict) -> dict:
 
 def module_table(modules) -> list:
     return [{k: v for k, v in asdict(m).items() if k != "file"} for m in modules]
+
+
+# ---- Several processes ----
+
+MERGED_BASE = 1 << 60  # merged modules' addresses: above any user-space address (< 2^47)
+MERGED_SPAN = 1 << 44  # per module: more than any ELF file's address range
+
+
+def merge(caps: list[Capture]) -> Capture:
+    """The processes' captures as one: a module file (by build-id, else path) gets one place in
+    a common address space, each frame moves with its module, and stacks that become equal
+    are one, their aggregates summed (the same identity --diff matches stacks by). Frames in no
+    module keep their addresses. No time series or behaviour: those stay per process."""
+    modules: dict = {}  # key -> merged module record
+    offsets, frames, index = [0, 0], [], {}  # merged stacks (0: none), interned by frames
+    columns = SITE_COLUMNS + UNCERTAIN_COLUMNS
+    rows = []  # per process: merged stack id of each of its stacks
+    for cap in caps:
+        mods = sorted(cap.modules, key=lambda m: m["lo"])
+        los = np.array([m["lo"] for m in mods], np.uint64)
+        shift = np.zeros(len(mods), np.int64)
+        for i, m in enumerate(mods):
+            key = m.get("build_id") or m["path"]
+            if key not in modules:
+                bias = MERGED_BASE + len(modules) * MERGED_SPAN
+                modules[key] = {**m, "bias": bias, "lo": m["lo"] - m["bias"] + bias,
+                                "hi": m["hi"] - m["bias"] + bias}
+            shift[i] = modules[key]["bias"] - m["bias"]  # wraps like the addresses do
+        f = cap.stack_frames.astype(np.uint64)
+        at = np.searchsorted(los, f, side="right").astype(np.int64) - 1
+        his = np.array([m["hi"] for m in mods], np.uint64)
+        inside = (at >= 0) & (f < his[np.maximum(at, 0)]) if len(mods) else np.zeros(len(f), bool)
+        moved = f.copy()
+        moved[inside] = f[inside] + shift[at[inside]].astype(np.uint64)
+        ids = np.zeros(cap.stack_count, np.int64)
+        for s in range(1, cap.stack_count):
+            key = moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])].tobytes()
+            if key not in index:
+                index[key] = len(offsets) - 1
+                frames.append(moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])])
+                offsets.append(offsets[-1] + len(frames[-1]))
+            ids[s] = index[key]
+        rows.append(ids)
+    n = len(offsets) - 1
+    sites = {k: np.zeros(n, np.uint64) for k in columns}
+    per = {k: np.zeros((len(caps), n), np.uint64) for k in ("outstanding_bytes",
+                                                            "outstanding_count")}
+    for p, (cap, ids) in enumerate(zip(caps, rows)):
+        for k in columns:
+            col = cap.sites[k][:len(ids)]
+            if k == "op_mask":
+                np.bitwise_or.at(sites[k], ids, col)
+            else:
+                np.add.at(sites[k], ids, col)
+        for k in per:
+            np.add.at(per[k][p], ids, cap.sites[k][:len(ids)])
+        sites["op_mask"][0] = 0
+    metas = [c.meta for c in caps]
+    totals: dict = {}
+    for m in metas:
+        for k, v in m.get("totals", {}).items():
+            totals[k] = totals.get(k, 0) + v
+    if metas and metas[0].get("totals", {}).get("sample_rate"):
+        totals["sample_rate"] = metas[0]["totals"]["sample_rate"]  # every session's own
+    starts = [m["started_at"] for m in metas if m.get("started_at")]
+    ends = [m.get("ended_at") or 0 for m in metas]
+    meta = {"pid": None, "command": f"{len(caps)} processes: " + ", ".join(
+                f"{m.get('pid')} ({m.get('command') or '?'})" for m in metas),
+            "host": metas[0].get("host") if metas else None,
+            "started_at": min(starts, default=0.0), "ended_at": max(ends, default=0.0),
+            "duration_s": round(max(ends, default=0.0) - min(starts, default=0.0), 3)
+            if all(ends) and starts else max((m.get("duration_s") or 0 for m in metas),
+                                             default=0.0),
+            "sample_rate": metas[0].get("sample_rate", 0) if metas else 0,
+            "totals": totals, "processes": [m.get("pid") for m in metas]}
+    return Capture(meta, list(modules.values()), sites, np.array(offsets, np.uint64),
+                   np.concatenate(frames) if frames else np.zeros(0, np.uint64),
+                   complete=all(c.complete for c in caps), processes=caps,
+                   by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
+                               "stack_map": rows, **per})

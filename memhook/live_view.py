@@ -13,8 +13,8 @@ class LiveView:
 
     HISTORY = 20  # samples kept per stack for its growth rate
 
-    def __init__(self, session, top: int, tty: bool):
-        self.session, self.top, self.tty = session, top, tty
+    def __init__(self, session, top: int, tty: bool, label: str = ""):
+        self.session, self.top, self.tty, self.label = session, top, tty, label
         self.t0 = time.monotonic()
         self.history: dict = {}  # stack -> [(t, bytes)]
         self.last = (self.t0, 0, 0)  # time, allocs, frees
@@ -53,7 +53,8 @@ class LiveView:
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         if not self.tty:
-            return [f"[{stamp}] {head}"] + [f"  {b:>10}  {g:>14}  {w}" for b, g, w in rows]
+            return [f"[{stamp}] {self.label}{head}"] + [f"  {b:>10}  {g:>14}  {w}"
+                                                         for b, g, w in rows]
         elapsed = int(now - self.t0)
         return ([f"memhook  PID {self.session.pid}  attached "
                  f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "

@@ -64,7 +64,8 @@ class Dictionary:
             m.filename_strindex = self.string(module["path"])
             if module.get("build_id"):
                 m.attribute_indices.append(self.attribute(BUILD_ID, module["build_id"]))
-        return self._once(("map", module["path"], module["lo"]), self.d.mapping_table, make)
+        return self._once(("map", module["path"], module.get("build_id"), module["lo"]),
+                          self.d.mapping_table, make)
 
     def function(self, name: str, file: str | None) -> int:
         def make(f):
@@ -75,17 +76,17 @@ class Dictionary:
     def location(self, frames: list, modules: list) -> int:
         """One return address: its frames, innermost (inlined) first, become its lines."""
         address = int(frames[0]["address"], 16)
+        module = next((m for m in modules if m["lo"] <= address < m["hi"]), None)
+        # Processes sharing the dictionary may map different files at one address.
+        mapping = self.mapping(module) if module else 0
 
         def make(loc):
-            loc.address = address
-            module = next((m for m in modules if m["lo"] <= address < m["hi"]), None)
-            if module:
-                loc.mapping_index = self.mapping(module)
+            loc.address, loc.mapping_index = address, mapping
             for f in frames:
                 if f["function"]:
                     loc.lines.add(function_index=self.function(f["function"], f["file"]),
                                   line=f["line"] or 0)
-        return self._once(("loc", address), self.d.location_table, make)
+        return self._once(("loc", address, mapping), self.d.location_table, make)
 
     def stack(self, frames: list, modules: list) -> int:
         # Inlined frames share their caller's address: one location per address, leaf first.
@@ -127,28 +128,36 @@ def request(report: dict, modules: list, meta: dict, labels: dict, start_ns: int
             end_ns: int) -> ExportProfilesServiceRequest:
     """The export request for one process: `report` as report.build() made it (frames
     symbolized), `modules` the capture's module table."""
-    d = Dictionary()
-    sample_rate = int(report["totals"].get("sample_rate") or 0)
-    stacks = [(d.stack(s["frames"], modules), s) for s in report["sites"]]
-    profiles = []
-    for name, unit, key in SAMPLE_TYPES:
-        p = pb.Profile(time_unix_nano=start_ns, duration_nano=max(end_ns - start_ns, 0))
-        p.sample_type.type_strindex, p.sample_type.unit_strindex = d.string(name), d.string(unit)
-        if sample_rate:
-            p.period_type.type_strindex = d.string("space")
-            p.period_type.unit_strindex = d.string("bytes")
-            p.period = sample_rate
-        for index, site in stacks:
-            if site[key] > 0:
-                p.samples.add(stack_index=index, values=[int(site[key])])
-        profiles.append(p)
+    return request_many([(report, modules, meta, start_ns, end_ns)], labels)
+
+
+def request_many(parts: list, labels: dict) -> ExportProfilesServiceRequest:
+    """One request for several processes, each (report, modules, meta, start_ns, end_ns): a
+    resource (its process attributes) per process, one dictionary for all."""
     from . import __version__
-    scope = pb.ScopeProfiles(scope=InstrumentationScope(name="memhook", version=__version__),
-                             profiles=profiles)
-    resource = Resource(attributes=_attributes(resource_attributes(meta, labels)))
-    return ExportProfilesServiceRequest(
-        resource_profiles=[pb.ResourceProfiles(resource=resource, scope_profiles=[scope])],
-        dictionary=d.d)
+    d = Dictionary()
+    resources = []
+    for report, modules, meta, start_ns, end_ns in parts:
+        sample_rate = int(report["totals"].get("sample_rate") or 0)
+        stacks = [(d.stack(s["frames"], modules), s) for s in report["sites"]]
+        profiles = []
+        for name, unit, key in SAMPLE_TYPES:
+            p = pb.Profile(time_unix_nano=start_ns, duration_nano=max(end_ns - start_ns, 0))
+            p.sample_type.type_strindex = d.string(name)
+            p.sample_type.unit_strindex = d.string(unit)
+            if sample_rate:
+                p.period_type.type_strindex = d.string("space")
+                p.period_type.unit_strindex = d.string("bytes")
+                p.period = sample_rate
+            for index, site in stacks:
+                if site[key] > 0:
+                    p.samples.add(stack_index=index, values=[int(site[key])])
+            profiles.append(p)
+        scope = pb.ScopeProfiles(scope=InstrumentationScope(name="memhook", version=__version__),
+                                 profiles=profiles)
+        resource = Resource(attributes=_attributes(resource_attributes(meta, labels)))
+        resources.append(pb.ResourceProfiles(resource=resource, scope_profiles=[scope]))
+    return ExportProfilesServiceRequest(resource_profiles=resources, dictionary=d.d)
 
 
 PATH = "/v1development/profiles"
@@ -164,24 +173,28 @@ def endpoint(url: str) -> str:
     return url if url.rstrip("/").endswith(PATH) else url.rstrip("/") + PATH
 
 
+def post(url: str, body: bytes, content_type: str, timeout_s: float) -> bytes:
+    """POST with a timeout; the answer's body. Raises PushError (one line)."""
+    import urllib.error
+    import urllib.request
+    http = urllib.request.Request(url, data=body, method="POST",
+                                  headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(http, timeout=timeout_s) as resp:
+            return resp.read()
+    except urllib.error.HTTPError as e:
+        raise PushError(f"{url.split('?')[0]} answered HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PushError(f"{url.split('?')[0]} could not be reached: {reason}") from None
+
+
 def push(url: str, req: ExportProfilesServiceRequest, timeout_s: float = 5.0) -> int:
     """POST the request (protobuf) to the collector; returns the profiles it rejected (OTLP's
     partial success). Raises PushError."""
-    import urllib.error
-    import urllib.request
-
     from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
         ExportProfilesServiceResponse)
-    http = urllib.request.Request(endpoint(url), data=req.SerializeToString(), method="POST",
-                                  headers={"Content-Type": "application/x-protobuf"})
-    try:
-        with urllib.request.urlopen(http, timeout=timeout_s) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as e:
-        raise PushError(f"the collector at {endpoint(url)} answered HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise PushError(f"the collector at {endpoint(url)} could not be reached: {reason}") from None
+    body = post(endpoint(url), req.SerializeToString(), "application/x-protobuf", timeout_s)
     answer = ExportProfilesServiceResponse()
     try:
         answer.ParseFromString(body)
@@ -191,34 +204,54 @@ def push(url: str, req: ExportProfilesServiceRequest, timeout_s: float = 5.0) ->
 
 
 class Pusher:
-    """The session's profile, sent every `interval` seconds and at detach, on a thread of its
-    own: the consumer's thread never waits for a collector. Each push is built on this thread
-    (symbolized as it goes) and posted with a timeout; a push that fails stays queued and is
-    retried at the next interval, at most BACKLOG of them (the oldest dropped and counted)."""
+    """The traced processes' profiles, sent every `interval` seconds and at detach, on a thread
+    of its own: the consumers' threads never wait for a collector. Each push (one request, a
+    resource per process) is built on this thread (symbolized as it goes) and posted with a
+    timeout. A push that fails stays queued, at most BACKLOG of them (the oldest dropped and
+    counted); after a failure the next attempt waits twice as long as the last, from one
+    interval up to BACKOFF_MAX_S, while profiles keep being queued."""
 
     BACKLOG = 4
     TIMEOUT_S = 5.0
+    BACKOFF_MAX_S = 300.0
 
-    def __init__(self, session, url: str, attrs: dict, interval: float):
+    def __init__(self, sessions: list, sink, interval: float):
         import collections
         import threading
-        self.session, self.url, self.attrs, self.interval = session, url, attrs, interval
-        self.endpoint = endpoint(url)
+        self.sink, self.interval = sink, interval
+        self.endpoint = sink.endpoint
+        self._sessions = list(sessions)
+        self._retired: list = []  # ended sessions: in the next push, their last
+        self._lock = threading.Lock()
         self.sent = self.failed = self.dropped = 0
         self.last_error = ""
+        self._backoff = 0.0
+        self._next_try = 0.0
         self._queue: collections.deque = collections.deque()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memhook-otlp", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="memhook-push", daemon=True)
         self._symbolizer = None
 
     def start(self) -> None:
         self._thread.start()
 
+    def add(self, session) -> None:
+        with self._lock:
+            self._sessions.append(session)
+
+    def retire(self, session) -> None:
+        """A session that ended (after its detach): its final profile goes in the next push."""
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+                self._retired.append(session)
+
     def stop(self) -> None:
-        """After detach: one last push of the final profile, then the thread ends."""
+        """After detach: one last push of the final profiles, then the thread ends."""
         self._stop.set()
         self._thread.join()
         self._enqueue()
+        self._next_try = 0.0
         self._flush()
 
     def _run(self) -> None:
@@ -227,8 +260,13 @@ class Pusher:
             self._flush()
 
     def _enqueue(self) -> None:
+        with self._lock:
+            sessions = self._sessions + self._retired
+            self._retired = []
+        if not sessions:
+            return
         try:
-            self._queue.append(self.snapshot())
+            self._queue.append(self.snapshot(sessions))
         except Exception as e:  # noqa: BLE001 (a push is never worth memhook's life)
             self.failed += 1
             self.last_error = f"could not build the profile: {e}"
@@ -238,28 +276,58 @@ class Pusher:
             self.dropped += 1
 
     def _flush(self) -> None:
+        import time
+        if time.monotonic() < self._next_try:
+            return
         while self._queue:
+            payloads = self._queue[0]  # what one push sends, less what already went
             try:
-                push(self.url, self._queue[0], self.TIMEOUT_S)
+                while payloads:
+                    self.sink.send(payloads[0])
+                    payloads.pop(0)
             except PushError as e:
                 self.failed += 1
                 self.last_error = str(e)
+                self._backoff = min(max(self._backoff * 2, self.interval), self.BACKOFF_MAX_S)
+                self._next_try = time.monotonic() + self._backoff
                 return
             self._queue.popleft()
             self.sent += 1
+            self._backoff = 0.0
 
-    def snapshot(self) -> ExportProfilesServiceRequest:
-        """The session's profile now, from the consumer's aggregates."""
+    def snapshot(self, sessions: list):
+        """The sessions' profiles now, from their consumers' aggregates: the payloads the sink
+        sends for one push."""
         import time
 
         from . import report
         from .capture import current
         from .symbolize import Symbolizer
-        cap = current(self.session)
-        if self._symbolizer is None:
-            self._symbolizer = Symbolizer(cap.modules)
-        else:
-            self._symbolizer.set_modules(cap.modules)
-        rep = report.build(cap, self._symbolizer)
-        return request(rep, cap.modules, cap.meta, self.attrs,
-                       int(self.session.started_at * 1e9), int(time.time() * 1e9))
+        parts = []
+        for session in sessions:
+            cap = current(session)
+            if self._symbolizer is None:
+                self._symbolizer = Symbolizer(cap.modules)
+            else:
+                self._symbolizer.set_modules(cap.modules)
+            rep = report.build(cap, self._symbolizer)
+            end = session.ended_at or time.time()
+            parts.append(self.sink.part(cap, rep, self._symbolizer,
+                                        int(session.started_at * 1e9), int(end * 1e9)))
+        return self.sink.build(parts)
+
+
+class OtlpSink:
+    """Pusher's payload for an OTLP/HTTP collector: one export request for every process."""
+
+    def __init__(self, url: str, labels: dict):
+        self.url, self.labels, self.endpoint = url, labels, endpoint(url)
+
+    def part(self, cap, rep, symbolizer, start_ns: int, end_ns: int):
+        return rep, cap.modules, cap.meta, start_ns, end_ns
+
+    def build(self, parts: list) -> list:
+        return [request_many(parts, self.labels)]
+
+    def send(self, req: ExportProfilesServiceRequest) -> None:
+        push(self.url, req, Pusher.TIMEOUT_S)

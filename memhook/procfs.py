@@ -172,3 +172,21 @@ class Memory:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def pids_named(name: str) -> list[int]:
+    """Live processes whose executable's file name or command name (comm) is `name`, memhook
+    itself and kernel threads (no executable) left out."""
+    own = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{entry}/exe")).removesuffix(" (deleted)")
+            comm = command_name(int(entry))
+            if name in (exe, comm) and state(int(entry)) not in "ZXtT":
+                found.append(int(entry))
+        except OSError:
+            continue
+    return sorted(found)

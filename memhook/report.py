@@ -100,6 +100,12 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         site = {k: int(cap.sites[k][i]) for k in SITE_KEYS + UNCERTAIN_COLUMNS}
         site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
         site["frames"] = frames
+        if cap.by_process is not None:
+            bp = cap.by_process
+            site["processes"] = [{"pid": int(pid), "outstanding_bytes": int(b[i]),
+                                  "outstanding_count": int(c[i])}
+                                 for pid, b, c in zip(bp["pid"], bp["outstanding_bytes"],
+                                                      bp["outstanding_count"]) if c[i] or b[i]]
         sites.append(site)
         if filters.top and len(sites) >= filters.top:
             break
@@ -133,6 +139,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
                             "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
         report["transient_threshold_ns"] = filters.transient_ns
         report["histograms"] = analysis.histograms(cap)
+    if cap.processes:
+        report["processes"] = process_rows(cap, symbolizer, filters)
     if analysis.process_memory(cap):
         report["process_memory"] = analysis.process_memory(cap)
     if symbolizer.problems:
@@ -145,6 +153,34 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     if not cap.complete:
         report["incomplete"] = True
     return report
+
+
+def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> list:
+    """A merged capture's processes, growing ones first: each one's totals, how fast its leak
+    suspects grow at the end of its capture, and its first suspect (frames from the merged
+    view: the same stack there)."""
+    rows = []
+    for proc, stack_map in zip(cap.processes, cap.by_process["stack_map"]):
+        meta, t = proc.meta, proc.meta.get("totals", {})
+        ranked = analysis.suspects(proc, filters.min_age_s) if proc.series else []
+        growing = [r for r in ranked if r["score"] > 0]
+        row = {"pid": meta.get("pid"), "command": meta.get("command"),
+               "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
+               **{k: int(t.get(k, 0)) for k in ("alloc_count", "alloc_bytes",
+                                                 "outstanding_count", "outstanding_bytes",
+                                                 "dropped_events")},
+               "growing": bool(growing),
+               "growth_bytes_per_min": round(sum(r["late_growth_bytes_per_min"]
+                                                 for r in growing), 1)}
+        first = (growing or ranked or [None])[0]
+        if first is not None:
+            merged = int(stack_map[first["stack"]])
+            row["top_suspect"] = {"outstanding_bytes": first["outstanding_bytes"],
+                                  "reasons": first["reasons"],
+                                  "frames": site_frames(cap, merged, symbolizer)}
+        rows.append(row)
+    rows.sort(key=lambda r: (-r["growth_bytes_per_min"], -r["outstanding_bytes"]))
+    return rows
 
 
 def human_bytes(n: float) -> str:
@@ -236,10 +272,12 @@ def dropped_frees_lines(t: dict) -> list[str]:
 
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
+    procs = report.get("processes")
+    who = (f"{len(procs)} processes" if procs
+           else f"PID {report['pid']} ({one_line(str(report['command']))})")
     lines = [
-        f"memhook report: PID {report['pid']} ({one_line(str(report['command']))}), "
-        f"{report['duration_s']} s traced" + (" [capture cut off]" if report.get("incomplete")
-                                              else ""),
+        f"memhook report: {who}, {report['duration_s']} s traced"
+        + (" [capture cut off]" if report.get("incomplete") else ""),
         f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "
         f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
         f"  outstanding {t['outstanding_count']} blocks, {t['outstanding_bytes']} bytes "
@@ -259,6 +297,19 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     for m in report.get("modules_without_unwind_rows", []):
         lines.append(f"  no unwind rows: {m['module']}: {m['reason']} (its frames are walked by "
                      "frame pointer; where it has none, stacks end there: [no unwind info])")
+    if procs:
+        lines.append("Processes (growing first):")
+        for r in procs:
+            first = r.get("top_suspect")
+            where = next((frame_text(f) for f in first["frames"]), "?") if first else ""
+            lines.append(f"  PID {r['pid']} ({one_line(str(r['command']))}): outstanding "
+                         f"{human_bytes(r['outstanding_bytes'])} in {r['outstanding_count']} "
+                         f"blocks; " + (f"growing {human_bytes(r['growth_bytes_per_min'])}/min"
+                                        f", first at {where}" if r["growing"]
+                                        else "not growing")
+                         + (f" [{r['end_reason']}]" if r.get("end_reason") not in
+                            (None, "", "interrupted", "duration reached", "terminated") else ""))
+        lines.append("Merged view (stacks matched by build-id and offset across processes):")
     if report.get("leak_suspects"):
         lines.append("Leak suspects (growth at the end of the capture first):")
         for n, r in enumerate(report["leak_suspects"][:top], 1):
@@ -286,6 +337,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      f"[{', '.join(s['operations'])}]"
                      + (f"; uncertain: {s['uncertain_bytes']} bytes in {s['uncertain_count']} "
                         "blocks may have been freed" if s.get("uncertain_count") else ""))
+        if s.get("processes"):
+            lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
+                                                 for p in s["processes"]))
         for f in s["frames"][:frames]:
             lines.append(f"      {frame_text(f)}")
         if len(s["frames"]) > frames:

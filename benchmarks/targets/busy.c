@@ -1,6 +1,7 @@
-/* A busy process for capture-size measurements: two threads allocate and free continuously
- * from about 2,000 distinct call stacks (40 leaf functions x recursion depths 1..50), keeping a
- * bounded working set and leaking one block in a thousand. "ready" then runs until killed. */
+/* A busy process for capture-size and long-session measurements: threads (argv[1], default 2)
+ * allocate and free continuously from about 2,000 distinct call stacks (40 leaf functions x
+ * recursion depths 1..50), keeping a bounded working set and leaking one block in a thousand,
+ * resting 100 us every argv[2] (default 256) allocations. "ready" then runs until killed. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,8 @@ __attribute__((noinline)) static void* descend(int depth, int leaf, size_t size)
   return p;
 }
 
+static unsigned long burst = 256;
+
 static void* worker(void* arg) {
   unsigned seed = (unsigned)(uintptr_t)arg;
   void* live[LIVE] = {0};
@@ -31,14 +34,16 @@ static void* worker(void* arg) {
     int slot = r % LIVE;
     if (live[slot] && r % 1000) free(live[slot]);  /* one in a thousand leaks */
     live[slot] = descend(1 + r % 50, (r >> 8) % 40, 16 + (r >> 16) % 512);
-    if (i % 256 == 0) usleep(100);
+    if (i % burst == 0) usleep(100);
   }
   return 0;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
   pthread_t t;
-  for (uintptr_t i = 1; i <= 2; i++) pthread_create(&t, 0, worker, (void*)i);
+  uintptr_t threads = argc > 1 ? strtoul(argv[1], 0, 10) : 2;
+  if (argc > 2) burst = strtoul(argv[2], 0, 10);
+  for (uintptr_t i = 1; i <= threads; i++) pthread_create(&t, 0, worker, (void*)i);
   printf("ready %d\n", getpid());
   fflush(stdout);
   pause();

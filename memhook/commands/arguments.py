@@ -35,6 +35,13 @@ def pid_arg(text: str) -> int:
     return int(text)
 
 
+def pid_list(text: str) -> list[int]:
+    pids = [pid_arg(part.strip()) for part in text.split(",")]
+    if len(set(pids)) != len(pids):
+        raise argparse.ArgumentTypeError(f"a PID is given twice in {text!r}")
+    return pids
+
+
 def otlp_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"an http:// or https:// URL is expected, not {text!r}")

@@ -10,14 +10,18 @@ from .. import __version__
 from ..live_view import LiveView
 from ..procfs import one_line
 from ..session import MAX_SIZE, Options
-from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, add_otlp_arguments, pid_arg,
-                        positive_float, size_arg)
+from .arguments import (EXIT_FAILED, EXIT_OK, Parser, UsageError, add_otlp_arguments, otlp_url,
+                        pid_list, positive_float, size_arg)
 
 
 def attach_parser() -> Parser:
     p = Parser(prog="memhook", description="Attach to a running process and report the call "
                "stacks that hold unfreed memory. `memhook report FILE` reads a capture.")
-    p.add_argument("-p", "--pid", type=pid_arg, required=True, help="process to attach to")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("-p", "--pid", type=pid_list, metavar="PID[,PID...]",
+                       help="process(es) to attach to")
+    which.add_argument("--pid-of", metavar="NAME", help="every process whose executable (or "
+                       "command name) is NAME, and those that start while memhook runs")
     p.add_argument("--duration", type=positive_float, help="detach after this many seconds")
     p.add_argument("-o", "--output", help="write a capture file on detach")
     p.add_argument("--min-size", type=size_arg, default=Options.min_size,
@@ -53,8 +57,11 @@ def attach_parser() -> Parser:
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
     add_otlp_arguments(p, "every --push-interval and at detach")
+    p.add_argument("--pprof-push", type=otlp_url, metavar="URL", help="send the profile as "
+                   "gzip pprof to Pyroscope's ingest API (URL/ingest) every --push-interval and "
+                   "at detach")
     p.add_argument("--push-interval", type=positive_float, default=60.0, metavar="S",
-                   help="seconds between OTLP pushes (default 60)")
+                   help="seconds between pushes (default 60)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
     return p
 
@@ -78,44 +85,66 @@ def report_attached(session, result: dict) -> None:
 RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
 
 
-def follow(session, recorder, a, stop: dict) -> None:
-    """Until Ctrl-C, --duration or the target's exit: sample, record and show, every interval."""
-    from .. import elf
-    from ..symbolize import Symbolizer
-    symbolizer = Symbolizer(session.modules.values())
-    view = LiveView(session, a.top, sys.stdout.isatty())
-    t0 = time.monotonic()
-    next_tick = t0 + a.interval
-    first_checkpoint = t0 + min(1.0, a.interval)  # a capture cut off early still holds something
-    next_rescan = t0 + RESCAN_S
-    while not stop["reason"]:
-        time.sleep(0.05)
-        now = time.monotonic()
+class Follower:
+    """Follows one attached session: samples, records and (unless told not to) shows it every
+    interval, and tells when its process ended."""
+
+    def __init__(self, session, recorder, a, view_label: str = ""):
+        from ..symbolize import Symbolizer
+        self.session, self.recorder, self.a = session, recorder, a
+        self.symbolizer = Symbolizer(session.modules.values())
+        self.view = LiveView(session, a.top, sys.stdout.isatty() and not view_label, view_label)
+        self.t0 = time.monotonic()
+        self.next_tick = self.t0 + a.interval
+        self.first_checkpoint = self.t0 + min(1.0, a.interval)  # a capture cut off early
+        self.next_rescan = self.t0 + RESCAN_S                    # still holds something
+
+    def step(self, now: float) -> str:
+        """One look: '' while the process runs on, else why its session ends."""
+        from .. import elf
+        session, recorder = self.session, self.recorder
         alive = session.target_alive()
-        rescan = now >= next_rescan
+        rescan = now >= self.next_rescan
         if rescan:
-            next_rescan = now + RESCAN_S
+            self.next_rescan = now + RESCAN_S
         if alive and session.poll_loads(rescan):
-            symbolizer.set_modules(session.modules.values())
+            self.symbolizer.set_modules(session.modules.values())
         if not alive:
-            stop["reason"] = "target exited"
-        elif now >= next_tick and session.target_execed():
-            stop["reason"] = "target exec'd another program"
-        elif a.duration and now - t0 >= a.duration:
-            stop["reason"] = "duration reached"
-        if first_checkpoint and now >= first_checkpoint and not stop["reason"]:
-            first_checkpoint = 0
+            return "target exited"
+        if now >= self.next_tick and session.target_execed():
+            return "target exec'd another program"
+        if self.first_checkpoint and now >= self.first_checkpoint:
+            self.first_checkpoint = 0
             recorder.checkpoint()
-        if now >= next_tick and not stop["reason"]:
-            next_tick = now + a.interval
+        if now >= self.next_tick:
+            self.next_tick = now + self.a.interval
             known = len(session.modules)
             if session.target_alive():
                 session.modules = elf.modules(session.pid, session.modules)
             if len(session.modules) != known:
-                symbolizer.set_modules(session.modules.values())
+                self.symbolizer.set_modules(session.modules.values())
             recorder.tick()
-            if not a.no_live:
-                view.show(symbolizer)
+            if not self.a.no_live:
+                self.view.show(self.symbolizer)
+        return ""
+
+
+def follow(session, recorder, a, stop: dict) -> None:
+    """Until Ctrl-C, --duration or the target's exit: sample, record and show, every interval."""
+    follower = Follower(session, recorder, a)
+    while not stop["reason"]:
+        time.sleep(0.05)
+        now = time.monotonic()
+        if a.duration and now - follower.t0 >= a.duration:
+            stop["reason"] = "duration reached"
+        else:
+            stop["reason"] = follower.step(now)
+
+
+def report_pushes(pusher) -> None:
+    print(f"memhook: {pusher.sent} profiles sent to {pusher.endpoint}"
+          + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
+          + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""), flush=True)
 
 
 def attach_or_explain(session) -> dict:
@@ -147,6 +176,13 @@ def run_attach(argv: list[str]) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
 
+    pushers = []
+    if a.otlp or a.pprof_push:
+        from .. import otlp, pprof
+        labels = dict(a.label)
+        sinks = ([otlp.OtlpSink(a.otlp, labels)] if a.otlp else []) + \
+            ([pprof.PyroscopeSink(a.pprof_push, labels)] if a.pprof_push else [])
+        pushers = [otlp.Pusher([], sink, a.push_interval) for sink in sinks]
     stop = {"reason": ""}
 
     def on_signal(signum, _frame):
@@ -155,19 +191,20 @@ def run_attach(argv: list[str]) -> int:
     # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    session = Session(a.pid, opts)
+    if a.pid_of or len(a.pid) > 1:
+        from .. import fleet
+        return fleet.run(a, opts, stop, pushers)
+    session = Session(a.pid[0], opts)
     # Opened before attaching: an unwritable -o fails while the target is untouched.
     recorder = capture.Recorder(session, a.output, snapshot_every=a.snapshot_interval,
                                 record_events=a.record_events)
     result = attach_or_explain(session)
-    pusher = None
     try:
         report_attached(session, result)
         recorder.start()
-        if a.otlp:
-            from .. import otlp
-            pusher = otlp.Pusher(session, a.otlp, dict(a.label), a.push_interval)
-            pusher.start()
+        for p in pushers:
+            p.add(session)
+            p.start()
         follow(session, recorder, a, stop)
     finally:  # whatever happened since attach, the target gets its slots back
         stop["reason"] = stop["reason"] or "error"
@@ -177,12 +214,9 @@ def run_attach(argv: list[str]) -> int:
     print(f"memhook: detached ({stop['reason']}): {session.restored} slots restored"
           + (f"; target paused {session.pause_ms['detach']:.1f} ms"
              if "detach" in session.pause_ms else ""), flush=True)
-    if pusher:
-        pusher.stop()
-        print(f"memhook: {pusher.sent} profiles sent to {pusher.endpoint}"
-              + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
-              + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""),
-              flush=True)
+    for p in pushers:
+        p.stop()
+        report_pushes(p)
     cap = recorder.finish()
     if a.output:
         print(f"memhook: capture written to {a.output} ({recorder.writer.bytes} bytes)",

@@ -5,7 +5,8 @@ import json
 import sys
 
 from ..procfs import TargetError
-from .arguments import EXIT_OK, Parser, UsageError, add_otlp_arguments, positive_float, size_arg
+from .arguments import (EXIT_OK, Parser, UsageError, add_otlp_arguments, pid_arg,
+                        positive_float, size_arg)
 
 
 def report_parser() -> Parser:
@@ -19,6 +20,8 @@ def report_parser() -> Parser:
     p.add_argument("--plot-format", choices=("png", "svg"), default="png")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")
     add_otlp_arguments(p, "(the capture's)")
+    p.add_argument("--pid", type=pid_arg, help="of a capture of several processes: report on "
+                   "this one alone (default: each process, and the merged view)")
     p.add_argument("--top", type=int, default=None, help="only the N largest call stacks")
     p.add_argument("--min-size", type=size_arg, default=0,
                    help="only stacks whose average allocation is at least this size")
@@ -72,6 +75,12 @@ def run_report(argv: list[str]) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
+    if a.pid is not None:
+        chosen = [c for c in (cap.processes or [cap]) if c.meta.get("pid") == a.pid]
+        if not chosen:
+            pids = ", ".join(str(c.meta.get("pid")) for c in cap.processes or [cap])
+            raise UsageError(f"{a.capture} holds no process {a.pid} (it holds {pids})")
+        cap = chosen[0]
     try:
         symbolizer = Symbolizer(cap.modules, lookup, a.symbolizer)
     except ValueError as e:
@@ -95,10 +104,14 @@ def run_report(argv: list[str]) -> int:
     rep = report.build(cap, symbolizer, filters)
     if a.otlp or a.format == "otlp":
         from .. import otlp
-        meta = cap.meta
-        req = otlp.request(rep, cap.modules, meta, dict(a.label),
-                           int(meta.get("started_at", 0) * 1e9),
-                           int((meta.get("ended_at") or meta.get("started_at", 0)) * 1e9))
+        parts = []
+        for proc in cap.processes or [cap]:  # a resource per process
+            meta = proc.meta
+            proc_rep = rep if proc is cap else report.build(
+                proc, Symbolizer(proc.modules, lookup, a.symbolizer), filters)
+            parts.append((proc_rep, proc.modules, meta, int(meta.get("started_at", 0) * 1e9),
+                          int((meta.get("ended_at") or meta.get("started_at", 0)) * 1e9)))
+        req = otlp.request_many(parts, dict(a.label))
         if a.format == "otlp":
             emit(req.SerializeToString(), a.output)
         if a.otlp:
