@@ -137,8 +137,10 @@ def follow(session, recorder, a, stop: dict) -> None:
         now = time.monotonic()
         if a.duration and now - follower.t0 >= a.duration:
             stop["reason"] = "duration reached"
-        else:
-            stop["reason"] = follower.step(now)
+        elif not stop["reason"]:  # (a signal sets it at any moment: never overwritten)
+            why = follower.step(now)
+            if why:
+                stop["reason"] = stop["reason"] or why
 
 
 def report_pushes(pusher) -> None:
