@@ -197,3 +197,45 @@ def test_pprof_push_request(tmp_path, targets):
     assert top.returncode == 0, top.stderr
     line = next(line for line in top.stdout.splitlines() if line.endswith(" late_leak"))
     assert line.split()[0] == f"{LATE_LEAK}B", line
+
+
+def test_workers_forked_by_a_traced_master(tmp_path, targets):
+    """`--pid-of` on a pre-forking server: a worker forked before the run and one forked by the
+    master while it is traced (inheriting its patched slots and its segment) are each traced as
+    their own process, exactly; the master's session sees none of the workers' allocations."""
+    name = f"prefork{os.getpid()}"
+    master = targets(build(tmp_path, "prefork.c", name=name))
+    workers = [int(master.ask("spawn", "worker").split()[1])]
+    cap = tmp_path / "prefork.mh"
+    mh = subprocess.Popen(memhook_cmd("--pid-of", name, "-o", cap, "--no-live"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        lines = Lines(mh.stdout)
+        seen = {int(re.search(r"PID (\d+)", lines.expect("attached", 120)).group(1))
+                for _ in range(2)}
+        assert seen == {master.pid, workers[0]}
+        workers.append(int(master.ask("spawn", "worker").split()[1]))  # forked while traced
+        assert f"PID {workers[1]} " in lines.expect("attached", 120)
+        for n, pid in enumerate(workers, 1):
+            for i in range(1, n + 1):
+                os.kill(pid, signal.SIGUSR1)
+                master.expect(f"leaked {pid} {i}")
+        master.command("leak")
+        mh.send_signal(signal.SIGINT)
+        assert mh.wait(60) == 0, mh.stderr.read()
+        for pid in workers:
+            os.kill(pid, 0)  # still running
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    alone = report_json(cap, "--pid", master.pid)
+    assert site(alone, "master_leak")["outstanding_bytes"] == 5 * 111
+    assert not any(s["frames"][0]["function"] == "worker_leak" for s in alone["sites"])
+    for n, pid in enumerate(workers, 1):
+        alone = report_json(cap, "--pid", pid)
+        assert site(alone, "worker_leak")["outstanding_bytes"] == n * 4321, alone["totals"]
+    merged = report_json(cap)
+    assert site(merged, "worker_leak")["outstanding_bytes"] == 3 * 4321
