@@ -606,6 +606,16 @@ def merge(caps: list[Capture]) -> Capture:
         for k in per:
             np.add.at(per[k][p], ids, cap.sites[k][:len(ids)])
         sites["op_mask"][0] = 0
+    behaviour = None
+    if all(c.behaviour is not None for c in caps) and caps:
+        # Summed per merged stack; thread pairs stay per process (thread ids are).
+        first = caps[0].behaviour
+        behaviour = {k: np.zeros((n,) + first[k].shape[1:], np.uint64)
+                     for k in BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS}
+        behaviour.update({k: np.zeros(0, np.uint64) for k in BEHAVIOUR_PAIRS})
+        for cap, ids in zip(caps, rows):
+            for k in BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS:
+                np.add.at(behaviour[k], ids, cap.behaviour[k][:len(ids)].astype(np.uint64))
     metas = [c.meta for c in caps]
     totals: dict = {}
     for m in metas:
@@ -626,6 +636,6 @@ def merge(caps: list[Capture]) -> Capture:
             "totals": totals, "processes": [m.get("pid") for m in metas]}
     return Capture(meta, list(modules.values()), sites, np.array(offsets, np.uint64),
                    np.concatenate(frames) if frames else np.zeros(0, np.uint64),
-                   complete=all(c.complete for c in caps), processes=caps,
+                   complete=all(c.complete for c in caps), processes=caps, behaviour=behaviour,
                    by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
                                "stack_map": rows, **per})

@@ -102,9 +102,11 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
     t = report["totals"]
     figures = plots.render(cap, report, symbolizer, "svg")
     svg = {k: v.decode().split("?>", 1)[-1] for k, v in figures.items()}  # drop XML headers
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>memhook report: PID "
-             f"{report['pid']}</title><style>{STYLE}</style></head><body>",
-             f"<h1>memhook report: PID {report['pid']}</h1>",
+    procs = report.get("processes")
+    who = f"{len(procs)} processes" if procs else f"PID {report['pid']}"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>memhook report: "
+             f"{who}</title><style>{STYLE}</style></head><body>",
+             f"<h1>memhook report: {who}</h1>",
              f"<p>{html.escape(str(report['command']))} — {report['duration_s']} s traced"
              + (" (capture cut off)" if report.get("incomplete") else "") + "</p>",
              "<table>"]
@@ -123,6 +125,20 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
     if pm:
         parts.append(f"<tr><th>process</th><td>{html.escape(process_memory_text(pm))}</td></tr>")
     parts.append("</table>")
+    if procs:
+        parts.append("<h2>Processes</h2><p class='why'>Growing first: how fast each process's "
+                     "leak suspects accumulate at the end of its capture, and the first of "
+                     "them. Below, every table is the merged view: stacks matched by build-id "
+                     "and offset across processes.</p><table><tr><th>PID</th><th>command</th>"
+                     "<th class='num'>outstanding</th><th class='num'>growth at the end</th>"
+                     "<th>first suspect</th></tr>")
+        for r in procs:
+            first = r.get("top_suspect")
+            parts.append(f"<tr><td>{r['pid']}</td><td>{html.escape(str(r['command']))}</td>"
+                         f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
+                         f"<td class='num'>{human_bytes(r['growth_bytes_per_min'])}/min</td>"
+                         f"<td>{_stack_html(first['frames'], 4) if first else ''}</td></tr>")
+        parts.append("</table>")
     parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
                  "accumulate at the end of the capture (the level their outstanding bytes return "
                  "to, robust slope over the last third); caches that filled and memory held "
@@ -131,7 +147,8 @@ def render(cap: Capture, report: dict, symbolizer) -> str:
                  "<tr><th>#</th><th class='num'>outstanding</th><th class='num'>growth at the "
                  "end</th><th>why</th><th>stack</th></tr>")
     for n, r in enumerate(report.get("leak_suspects", []), 1):
-        parts.append(f"<tr><td>{n}</td><td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
+        parts.append(f"<tr><td>{n}" + (f"<br>PID {r['pid']}" if "pid" in r else "") + "</td>"
+                     f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
                      f"<td class='num'>{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
                      f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"
                      f"<td>{_stack_html(r['frames'])}</td></tr>")

@@ -15,7 +15,7 @@ from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
 
 from . import analysis  # noqa: E402
 from .capture import Capture  # noqa: E402
-from .report import distinct_labels, human_bytes  # noqa: E402
+from .report import distinct_labels, frame_name, human_bytes  # noqa: E402
 
 STACKS_SHOWN = 8
 
@@ -34,6 +34,8 @@ def over_time(cap: Capture, report: dict, symbolizer):
     fig, (ax, mem) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
                                   gridspec_kw={"height_ratios": [3, 1.2]})
     top_value = 1.0
+    if cap.processes:
+        return _processes_over_time(cap, fig, ax, mem)
     if len(times):
         final = {s: v[-1] for s, v in series.items()}
         top = sorted(final, key=lambda s: -final[s])[:STACKS_SHOWN]
@@ -61,6 +63,37 @@ def over_time(cap: Capture, report: dict, symbolizer):
     mem.set_ylabel("process")
     mem.set_xlabel("time since attach (s)")
     mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    mem.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _processes_over_time(cap: Capture, fig, ax, mem):
+    """A capture of several processes: each one's outstanding bytes, and below its resident
+    memory, on one clock (seconds since the first attach)."""
+    t0 = min((p.meta.get("started_at") or 0 for p in cap.processes), default=0)
+    top_value, top_rss = 1.0, 1.0
+    for proc in cap.processes:
+        s = proc.series
+        if not len(s.get("time_s", [])):
+            continue
+        t = np.asarray(s["time_s"], np.float64) + (proc.meta.get("started_at") or t0) - t0
+        out = np.asarray(s["outstanding_bytes"], np.float64)
+        label = f"PID {proc.meta.get('pid')}"
+        line, = ax.plot(t, out, linewidth=1.5, label=label)
+        top_value = max(top_value, float(out.max(initial=1)))
+        if len(s.get("rss_bytes", [])):
+            rss = np.asarray(s["rss_bytes"], np.float64)
+            mem.plot(t, rss, linewidth=1.2, color=line.get_color(), label=label)
+            top_rss = max(top_rss, float(rss.max(initial=1)))
+    _binary_ticks(ax.yaxis, top_value)
+    _binary_ticks(mem.yaxis, top_rss)
+    ax.set_ylabel("outstanding bytes")
+    ax.set_title("Outstanding bytes by process")
+    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    ax.grid(alpha=0.3)
+    mem.set_ylabel("resident (RSS)")
+    mem.set_xlabel("time since the first attach (s)")
     mem.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -113,11 +146,19 @@ def histograms(cap: Capture, report: dict, symbolizer):
 
 
 def growth(cap: Capture, report: dict, symbolizer):
-    """Late growth rate of each leak suspect."""
-    rows = report.get("leak_suspects", [])[:STACKS_SHOWN]
+    """Late growth rate of each leak suspect; of a capture of several processes, each process's
+    (its suspects' together), labelled with its first suspect."""
+    procs = report.get("processes")
+    rows = (procs or report.get("leak_suspects", []))[:STACKS_SHOWN]
     fig, ax = plt.subplots(figsize=(10, 0.5 * max(len(rows), 2) + 1.5))
-    names = distinct_labels([r["frames"] for r in rows])[::-1]
-    values = [r["late_growth_bytes_per_min"] for r in rows][::-1]
+    if procs:
+        names = [f"PID {r['pid']}" + (": " + frame_name(r["top_suspect"]["frames"][0])
+                                      if r.get("growing") and r["top_suspect"]["frames"] else "")
+                 for r in rows][::-1]
+        values = [r["growth_bytes_per_min"] for r in rows][::-1]
+    else:
+        names = distinct_labels([r["frames"] for r in rows])[::-1]
+        values = [r["late_growth_bytes_per_min"] for r in rows][::-1]
     ax.barh(range(len(rows)), values, color=["tab:red" if v > 0 else "tab:gray" for v in values])
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     top_value = max(values, default=1) or 1
@@ -127,10 +168,12 @@ def growth(cap: Capture, report: dict, symbolizer):
     for y, v in enumerate(values):
         ax.text(v + top_value * 0.01, y, human_bytes(v) + "/min", va="center", fontsize=8)
     if not any(v > 0 for v in values):
-        ax.text(0.5, 0.5, "no suspect's live blocks grow at the end of the capture",
-                transform=ax.transAxes, ha="center", va="center", fontsize=10, color="0.35")
+        ax.text(0.5, 0.5, "no " + ("process" if procs else "suspect") + "'s live blocks grow "
+                "at the end of the capture", transform=ax.transAxes, ha="center", va="center",
+                fontsize=10, color="0.35")
     ax.set_xlabel("growth in the last third of the capture")
-    ax.set_title("Leak suspects: growth at the end of the capture")
+    ax.set_title("Processes: growth of their leak suspects at the end of the capture" if procs
+                 else "Leak suspects: growth at the end of the capture")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig

@@ -140,7 +140,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         report["transient_threshold_ns"] = filters.transient_ns
         report["histograms"] = analysis.histograms(cap)
     if cap.processes:
-        report["processes"] = process_rows(cap, symbolizer, filters)
+        report["processes"], suspects = process_rows(cap, symbolizer, filters)
+        report["leak_suspects"] = suspects[:filters.suspects]
     if analysis.process_memory(cap):
         report["process_memory"] = analysis.process_memory(cap)
     if symbolizer.problems:
@@ -155,14 +156,22 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     return report
 
 
-def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> list:
+def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> tuple[list, list]:
     """A merged capture's processes, growing ones first: each one's totals, how fast its leak
-    suspects grow at the end of its capture, and its first suspect (frames from the merged
-    view: the same stack there)."""
-    rows = []
+    suspects grow at the end of its capture, and its first suspect; and every process's leak
+    suspects in one ranking, each with its PID (frames from the merged view: the same stacks
+    there)."""
+    rows, suspects = [], []
     for proc, stack_map in zip(cap.processes, cap.by_process["stack_map"]):
         meta, t = proc.meta, proc.meta.get("totals", {})
         ranked = analysis.suspects(proc, filters.min_age_s) if proc.series else []
+        ranked = ranked[:filters.suspects]
+        for r in ranked:
+            merged = int(stack_map[r["stack"]])
+            suspects.append({"pid": meta.get("pid"),
+                             **{k: v for k, v in r.items() if k != "stack"},
+                             **analysis.stack_histograms(proc, r["stack"]),
+                             "frames": site_frames(cap, merged, symbolizer)})
         growing = [r for r in ranked if r["score"] > 0]
         row = {"pid": meta.get("pid"), "command": meta.get("command"),
                "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
@@ -180,7 +189,8 @@ def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> list
                                   "frames": site_frames(cap, merged, symbolizer)}
         rows.append(row)
     rows.sort(key=lambda r: (-r["growth_bytes_per_min"], -r["outstanding_bytes"]))
-    return rows
+    suspects.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
+    return rows, suspects
 
 
 def human_bytes(n: float) -> str:
@@ -314,8 +324,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         lines.append("Leak suspects (growth at the end of the capture first):")
         for n, r in enumerate(report["leak_suspects"][:top], 1):
             where = next((frame_text(f) for f in r["frames"]), "?")
-            lines.append(f"  {n}. {where}: {r['outstanding_bytes']} bytes; "
-                         + "; ".join(r["reasons"]))
+            lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
+                         + f"{where}: {r['outstanding_bytes']} bytes; " + "; ".join(r["reasons"]))
     for r in report.get("transient", [])[:3]:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "

@@ -20,16 +20,18 @@ import pytest
 
 from conftest import Lines, Memhook, build, memhook_cmd, report_json, run_memhook, site
 from test_otlp import Collector, free_port, received
+from test_views import RAW_ADDRESS, open_in_chromium
 
 LATE_LEAK = 7 * 99  # lifecycle.c's "go"
 
 
 def resources(text: str) -> dict:
-    """Per process.pid, from the Collector's dump of the last request: the values of each of
-    its profiles in order (inuse_space, inuse_objects, alloc_space, alloc_objects)."""
-    last = text[text.rindex("String table:"):]
+    """Per process.pid, from the Collector's dump of every request, the last profile received:
+    the values of each of its profiles in order (inuse_space, inuse_objects, alloc_space,
+    alloc_objects). (A process that ended is in the push after its end; the final push holds
+    those still traced then.)"""
     out = {}
-    for part in re.split(r"\nResourceProfiles #\d+\n", last)[1:]:
+    for part in re.split(r"\nResourceProfiles #\d+\n", text)[1:]:
         pid = int(re.search(r"process\.pid: Int\((\d+)\)", part).group(1))
         profiles = re.split(r"\nProfile #\d+\n", part)[1:]
         out[pid] = [sum(int(v) for v in re.findall(r"Values: \[(\d+)\]", p)) for p in profiles]
@@ -79,6 +81,10 @@ def test_three_workers_one_started_later(tmp_path, targets):
         collector.close()
 
     rep = report_json(cap)
+    import jsonschema
+    from importlib import resources as res
+    jsonschema.validate(rep, json.loads(res.files("memhook").joinpath("report.schema.json")
+                                        .read_text()))
     assert sorted(p["pid"] for p in rep["processes"]) == sorted(t.pid for t in workers)
     for n, t in enumerate(workers, 1):
         proc = next(p for p in rep["processes"] if p["pid"] == t.pid)
@@ -93,6 +99,12 @@ def test_three_workers_one_started_later(tmp_path, targets):
     assert len([s for s in rep["sites"] if s["frames"][0]["function"] == "late_leak"]) == 1
     text = run_memhook("report", cap).stdout
     assert "3 processes" in text and all(f"PID {t.pid}" in text for t in workers), text
+    page = tmp_path / "workers.html"
+    assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
+    dom = open_in_chromium(tmp_path, page)
+    assert "<h2>Processes</h2>" in dom and all(f"<td>{t.pid}</td>" in dom for t in workers)
+    assert dom.count('style="left:') >= 2, "the flame graph was not drawn"
+    assert not RAW_ADDRESS.search(re.sub(r"<script.*?</script>", "", dom, flags=re.S))
 
     got = resources(collector.text())
     assert got == {t.pid: [n * LATE_LEAK, n * 7, n * LATE_LEAK, n * 7]

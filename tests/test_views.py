@@ -109,11 +109,26 @@ def test_html_page_in_headless_chromium(tmp_path, targets):
     """The page as a reader's browser shows it: every section there, the flame graph drawn by
     its script, no console error, no runtime address; the screenshot is kept for a person to
     look at (MEMHOOK_KEEP_SCREENSHOT=path)."""
-    import os
-    import shutil
     cap, report, _ = twins_session(tmp_path, targets)
     page = tmp_path / "report.html"
     assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
+    dom = open_in_chromium(tmp_path, page)
+    for heading in ("Leak suspects", "Over time", "Flame graph of outstanding bytes",
+                    "Sizes and lifetimes", "Transient allocations (freed within 1 ms)"):
+        assert f"<h2>{heading}</h2>" in dom, heading
+    assert dom.count('style="left:') >= 4, "the flame graph was not drawn"
+    assert "Click a frame to zoom in." in dom
+    text = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
+    assert not RAW_ADDRESS.search(text)
+    assert "transient share" not in text  # a table with headers, not a key dump
+    assert "<th class=\"num\">share freed quickly</th>" in dom
+
+
+def open_in_chromium(tmp_path, page) -> str:
+    """The page's DOM after its scripts ran in headless Chromium, once its screenshot was taken
+    and no console error seen (MEMHOOK_KEEP_SCREENSHOT=path keeps the screenshot)."""
+    import os
+    import shutil
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "scripts/setup.sh installs chromium"
     flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
@@ -127,14 +142,5 @@ def test_html_page_in_headless_chromium(tmp_path, targets):
         shutil.copy(shot, os.environ["MEMHOOK_KEEP_SCREENSHOT"])
     console = [x for x in run.stderr.splitlines() if "CONSOLE" in x or "Uncaught" in x]
     assert not console, console
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
-    for heading in ("Leak suspects", "Over time", "Flame graph of outstanding bytes",
-                    "Sizes and lifetimes", "Transient allocations (freed within 1 ms)"):
-        assert f"<h2>{heading}</h2>" in dom, heading
-    assert dom.count('style="left:') >= 4, "the flame graph was not drawn"
-    assert "Click a frame to zoom in." in dom
-    text = re.sub(r"<script.*?</script>", "", dom, flags=re.S)
-    assert not RAW_ADDRESS.search(text)
-    assert "transient share" not in text  # a table with headers, not a key dump
-    assert "<th class=\"num\">share freed quickly</th>" in dom
+    return subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True,
+                          timeout=120).stdout
