@@ -96,13 +96,13 @@ def run(a, opts, stop: dict, pushers: list) -> int:
     fleet = Fleet(a, opts, pushers)
     for p in pushers:
         p.start()
-    t0 = time.monotonic()
     try:
         for pid in a.pid or []:
             if not stop["reason"]:
                 fleet.attach(pid)
         if a.pid and not fleet.members:
             raise TargetError("no process could be traced")
+        t0 = time.monotonic()  # --duration counts from the first processes' attach
         next_scan = t0
         waiting_said = False
         while not stop["reason"]:

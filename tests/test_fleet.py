@@ -251,3 +251,23 @@ def test_workers_forked_by_a_traced_master(tmp_path, targets):
         assert site(alone, "worker_leak")["outstanding_bytes"] == n * 4321, alone["totals"]
     merged = report_json(cap)
     assert site(merged, "worker_leak")["outstanding_bytes"] == 3 * 4321
+
+
+def test_one_process_refusing_does_not_stop_the_others(tmp_path, targets):
+    """`-p A,B` where B does not exist: A is traced and reported, B is one line, exit 1 (a
+    process the user named could not be traced); nothing traceable at all, or no process of
+    that name: one line, exit 1; a PID given twice: a usage error."""
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    out = run_memhook("-p", f"{target.pid},999999", "--duration", "1", "--no-live")
+    assert out.returncode == 1, out.stderr
+    assert f"attached to PID {target.pid}" in out.stdout and "detached from PID" in out.stdout
+    assert "not tracing PID 999999: no process with PID 999999" in out.stderr
+    assert f"memhook report: PID {target.pid}" in out.stdout and "Traceback" not in out.stderr
+    gone = run_memhook("-p", "999998,999999", "--duration", "1")
+    assert gone.returncode == 1 and gone.stderr.splitlines()[-1] == \
+        "memhook: no process could be traced", gone.stderr
+    none = run_memhook("--pid-of", f"nothing{os.getpid()}", "--duration", "1")
+    assert none.returncode == 1 and "was traced" in none.stderr.splitlines()[-1], none.stderr
+    twice = run_memhook("-p", f"{target.pid},{target.pid}")
+    assert twice.returncode == 2 and twice.stderr.count("\n") == 1, twice.stderr
+    assert target.finish() == 0
