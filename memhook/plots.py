@@ -55,14 +55,20 @@ def over_time(cap: Capture, report: dict, symbolizer):
             rss = np.asarray(cap.series["rss_bytes"], np.float64)
             mem.plot(times, rss, "k-", linewidth=1.2, label="resident (RSS)")
             _binary_ticks(mem.yaxis, float(rss.max()))
+    mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    return _axes(fig, ax, mem, top_value, "Outstanding bytes by call stack", "process",
+                 "time since attach (s)")
+
+
+def _axes(fig, ax, mem, top_value: float, title: str, mem_label: str, xlabel: str):
+    """What both over-time figures label the same way."""
     _binary_ticks(ax.yaxis, top_value)
     ax.set_ylabel("outstanding bytes")
-    ax.set_title("Outstanding bytes by call stack")
+    ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     ax.grid(alpha=0.3)
-    mem.set_ylabel("process")
-    mem.set_xlabel("time since attach (s)")
-    mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    mem.set_ylabel(mem_label)
+    mem.set_xlabel(xlabel)
     mem.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -86,17 +92,9 @@ def _processes_over_time(cap: Capture, fig, ax, mem):
             rss = np.asarray(s["rss_bytes"], np.float64)
             mem.plot(t, rss, linewidth=1.2, color=line.get_color(), label=label)
             top_rss = max(top_rss, float(rss.max(initial=1)))
-    _binary_ticks(ax.yaxis, top_value)
     _binary_ticks(mem.yaxis, top_rss)
-    ax.set_ylabel("outstanding bytes")
-    ax.set_title("Outstanding bytes by process")
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-    ax.grid(alpha=0.3)
-    mem.set_ylabel("resident (RSS)")
-    mem.set_xlabel("time since the first attach (s)")
-    mem.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return _axes(fig, ax, mem, top_value, "Outstanding bytes by process", "resident (RSS)",
+                 "time since the first attach (s)")
 
 
 def _log2_labels(n: int, unit: str) -> list:
