@@ -271,3 +271,36 @@ def test_one_process_refusing_does_not_stop_the_others(tmp_path, targets):
     twice = run_memhook("-p", f"{target.pid},{target.pid}")
     assert twice.returncode == 2 and twice.stderr.count("\n") == 1, twice.stderr
     assert target.finish() == 0
+
+
+def test_one_exits_one_execs_the_third_goes_on(tmp_path, targets):
+    """`-p A,B,C`: A exits and B execs another program mid-run; each one's session ends alone
+    (its bytes kept), C is traced on to the end, and the run ends when every process has
+    ended."""
+    exe = build(tmp_path, "lifecycle.c")
+    a, b, c = (targets(exe, "/nonexistent.so") for _ in range(3))
+    cap = tmp_path / "three.mh"
+    mh = subprocess.Popen(memhook_cmd("-p", f"{a.pid},{b.pid},{c.pid}", "-o", cap, "--no-live",
+                                      "--interval", "0.2"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    lines = Lines(mh.stdout)
+    for _ in range(3):
+        lines.expect("attached", 120)
+    for t in (a, b, c):
+        t.command("go")
+    assert a.finish() == 0
+    assert f"detached from PID {a.pid} (target exited)" in lines.expect(f"PID {a.pid}", 30)
+    b.proc.stdin.write("exec\n")
+    b.proc.stdin.flush()
+    assert "exec" in lines.expect(f"detached from PID {b.pid}", 30)
+    c.command("go")  # still traced
+    c.proc.stdin.write("exit\n")
+    c.proc.stdin.flush()
+    assert f"PID {c.pid}" in lines.expect("detached from", 30)
+    assert mh.wait(60) == 0, mh.stderr.read()  # every process ended: the run ends by itself
+    b.kill()
+    rep = report_json(cap)
+    got = {p["pid"]: (p["outstanding_bytes"], p["end_reason"]) for p in rep["processes"]}
+    assert got == {a.pid: (LATE_LEAK, "target exited"),
+                   b.pid: (LATE_LEAK, "target exec'd another program"),
+                   c.pid: (2 * LATE_LEAK, "target exited")}, got

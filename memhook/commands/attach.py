@@ -1,4 +1,5 @@
-"""`memhook -p PID`: attach, follow the session (live view, capture), detach, report."""
+"""`memhook -p PID`: attach, follow the session (live view, capture), detach, report; several
+processes (`-p A,B`, `--pid-of NAME`) go to fleet.py."""
 from __future__ import annotations
 
 import json
