@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from conftest import Lines, Memhook, build, memhook_cmd, report_json, run_memhook, site
+from conftest import Lines, Memhook, build, memhook_cmd, report, report_json, run_memhook, site
 from test_otlp import Collector, free_port, received
 from test_views import RAW_ADDRESS, open_in_chromium
 
@@ -106,9 +106,20 @@ def test_three_workers_one_started_later(tmp_path, targets):
     assert dom.count('style="left:') >= 2, "the flame graph was not drawn"
     assert not RAW_ADDRESS.search(re.sub(r"<script.*?</script>", "", dom, flags=re.S))
 
+    expected = {t.pid: [n * LATE_LEAK, n * 7, n * LATE_LEAK, n * 7]
+                for n, t in enumerate(workers, 1)}
     got = resources(collector.text())
-    assert got == {t.pid: [n * LATE_LEAK, n * 7, n * LATE_LEAK, n * 7]
-                   for n, t in enumerate(workers, 1)}, got
+    assert got == expected, got
+    # The capture's request (`report --format otlp`): a resource per process, as live.
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+        ExportProfilesServiceRequest)
+    request = tmp_path / "workers.otlp"
+    report(cap, "--format", "otlp", "-o", request)
+    req = ExportProfilesServiceRequest.FromString(request.read_bytes())
+    from_file = {next(a.value.int_value for a in r.resource.attributes if a.key == "process.pid"):
+                 [sum(s.values[0] for s in p.samples) for p in r.scope_profiles[0].profiles]
+                 for r in req.resource_profiles}
+    assert from_file == expected, from_file
     dump = received(collector.text())
     assert "late_leak" in dump["functions"] and dump["attrs"]["service.name"] == "workers"
 
