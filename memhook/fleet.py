@@ -35,6 +35,7 @@ class Fleet:
         self.writer = capture.SharedWriter(a.output) if a.output else None
         self.members: list[Member] = []
         self.tried: set = set()  # (pid, start time): a PID reused later is another process
+        self.symbols: dict = {}  # the live views' per-file symbols, loaded once for all
         self.refused = 0
 
     @property
@@ -61,8 +62,8 @@ class Fleet:
             return
         report_attached(session, result)
         recorder.start()
-        self.members.append(Member(session, recorder, Follower(session, recorder, self.a,
-                                                               view_label=f"PID {pid}: ")))
+        self.members.append(Member(session, recorder, Follower(
+            session, recorder, self.a, view_label=f"PID {pid}: ", symbols=self.symbols)))
         for p in self.pushers:
             p.add(session)
 
@@ -149,7 +150,7 @@ def run(a, opts, stop: dict, pushers: list) -> int:
     from . import report
     from .symbolize import Symbolizer
     cap = capture.merge(caps) if len(caps) > 1 else caps[0]
-    rep = report.build(cap, Symbolizer(cap.modules))
+    rep = report.build(cap, Symbolizer(cap.modules, cache=fleet.symbols))
     if a.format == "json":
         print(json.dumps(rep, indent=1), flush=True)
     else:

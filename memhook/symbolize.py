@@ -492,10 +492,13 @@ def _file_names(lp, comp_dir: str) -> dict:
 class Symbolizer:
     """Resolves return addresses against a capture's module table."""
 
-    def __init__(self, modules, lookup: Lookup | None = None, tool: str = "auto"):
+    def __init__(self, modules, lookup: Lookup | None = None, tool: str = "auto",
+                 cache: dict | None = None):
+        """`cache`: per-file symbols shared with other symbolizers of the same thread (the
+        processes of one run map the same files; pyelftools' readers are not thread-safe)."""
         self.line_tool = LineTool.find(tool)
         self.lookup = lookup or Lookup()
-        self._symbols: dict = {}
+        self._symbols: dict = {} if cache is None else cache  # (path, build-id) -> (syms, why)
         self.problems: dict = {}  # module path -> why it could not be symbolized
         self.set_modules(modules)
 
@@ -510,16 +513,17 @@ class Symbolizer:
         key = (module["path"], module.get("build_id"))
         if key not in self._symbols:
             binary, debug, problem = self.lookup.find(module)
-            if problem:
-                self.problems[module["path"]] = problem
-                self._symbols[key] = None
-            else:
+            syms = None
+            if not problem:
                 try:
-                    self._symbols[key] = ModuleSymbols(binary, debug)
+                    syms = ModuleSymbols(binary, debug)
                 except ELF_ERRORS as e:
-                    self.problems[module["path"]] = f"unreadable symbols ({type(e).__name__})"
-                    self._symbols[key] = None
-        return self._symbols[key]
+                    problem = f"unreadable symbols ({type(e).__name__})"
+            self._symbols[key] = (syms, problem)
+        syms, problem = self._symbols[key]
+        if problem:
+            self.problems[module["path"]] = problem
+        return syms
 
     def _module_of(self, address: int):
         i = bisect.bisect_right(self._los, address) - 1

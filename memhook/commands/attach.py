@@ -90,10 +90,10 @@ class Follower:
     """Follows one attached session: samples, records and (unless told not to) shows it every
     interval, and tells when its process ended."""
 
-    def __init__(self, session, recorder, a, view_label: str = ""):
+    def __init__(self, session, recorder, a, view_label: str = "", symbols: dict | None = None):
         from ..symbolize import Symbolizer
         self.session, self.recorder, self.a = session, recorder, a
-        self.symbolizer = Symbolizer(session.modules.values())
+        self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
         self.view = LiveView(session, a.top, sys.stdout.isatty() and not view_label, view_label)
         self.t0 = time.monotonic()
         self.next_tick = self.t0 + a.interval
