@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
     ExportProfilesServiceRequest)
@@ -227,6 +228,7 @@ class Pusher:
         self.last_error = ""
         self._backoff = 0.0
         self._next_try = 0.0
+        self._failing_since = 0  # the failure count when pushes began to fail
         self._queue: collections.deque = collections.deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memhook-push", daemon=True)
@@ -290,10 +292,19 @@ class Pusher:
                 self.last_error = str(e)
                 self._backoff = min(max(self._backoff * 2, self.interval), self.BACKOFF_MAX_S)
                 self._next_try = time.monotonic() + self._backoff
+                if not self._failing_since:  # said once, not at every retry
+                    self._failing_since = self.failed
+                    print(f"memhook: push failed: {e}; retrying, less often while it fails",
+                          file=sys.stderr, flush=True)
                 return
             self._queue.popleft()
             self.sent += 1
             self._backoff = 0.0
+            if self._failing_since:
+                print(f"memhook: pushes to {self.endpoint} arrive again "
+                      f"({self.failed - self._failing_since + 1} failed meanwhile)",
+                      file=sys.stderr, flush=True)
+                self._failing_since = 0
 
     def snapshot(self, sessions: list):
         """The sessions' profiles now, from their consumers' aggregates: the payloads the sink

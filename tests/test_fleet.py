@@ -157,6 +157,9 @@ def test_collector_stopped_mid_session_then_back(tmp_path, targets):
     summary = mh.lines.expect("profiles sent to", 10)
     failed = int(re.search(r"(\d+) pushes failed", summary).group(1))
     assert failed >= 1, summary
+    # Said while it happened, once each way.
+    assert mh.stderr.count("memhook: push failed:") == 1, mh.stderr
+    assert mh.stderr.count("arrive again") == 1, mh.stderr
     # The loop's pace with the Collector gone, against its pace with it there (generous: the
     # benchmark, benchmarks/otlp_push.py, measures the ratio; this catches a stalled target).
     assert down >= 0.5 * min(up, back), (up, down, back)
