@@ -244,8 +244,8 @@ class Pusher:
     def retire(self, session) -> None:
         """A session that ended (after its detach): its final profile goes in the next push."""
         with self._lock:
-            if session in self._sessions:
-                self._sessions.remove(session)
+            if any(s is session for s in self._sessions):  # (identity: sessions hold arrays)
+                self._sessions = [s for s in self._sessions if s is not session]
                 self._retired.append(session)
 
     def stop(self) -> None:
