@@ -499,13 +499,18 @@ class Recorder:
             if live is not None:
                 self.writer.arrays(b"LIVE", **live)
             self.writer.close()
-        cap.series = {k: np.asarray([row[k] for row, _ in self.ticks])
-                      for k in SERIES_COLUMNS + MEMORY_COLUMNS}
-        cap.series.update({k: np.concatenate([c[k] for _, c in self.ticks]).astype(
-            np.float64 if k.endswith("time_s") else np.uint64) for k in TICK_CHUNKS})
+        cap.series = self.held_series()
         cap.events = np.concatenate(self.events) if self.events else None
         cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
         return cap
+
+    def held_series(self) -> dict:
+        """The time series held for the final report (TSER's columns)."""
+        series = {k: np.asarray([row[k] for row, _ in self.ticks])
+                  for k in SERIES_COLUMNS + MEMORY_COLUMNS}
+        series.update({k: np.concatenate([c[k] for _, c in self.ticks]).astype(
+            np.float64 if k.endswith("time_s") else np.uint64) for k in TICK_CHUNKS})
+        return series
 
     def _thin(self) -> None:
         """Halve the time resolution of what is held for the final report (the file keeps every
