@@ -130,7 +130,12 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         # Every live block younger than the margin: nothing of it has stayed (per-request
         # memory caught in the middle of a request).
         young = oldest is not None and oldest * 2 < margin
-        if allocs and frees >= allocs / 2 and (growth <= 0 or young):
+        # Holding no more at the end than it already held in the first half: the level its
+        # turnover swings through, however the samples fell in step with its cycle (its floor
+        # can then look like a slow rise).
+        first_half = y[times <= end_s / 2]
+        cycling = len(first_half) > 0 and out_bytes <= float(first_half.max())
+        if allocs and frees >= allocs / 2 and (growth <= 0 or young or cycling):
             continue  # turns over, its floor does not trend up: churn, not a leak
         if young:
             growth = late_growth = 0.0

@@ -140,7 +140,8 @@ def test_format_spec_names_what_the_code_writes():
     spec = (Path(__file__).parent.parent / "docs" / "capture-format.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
     assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
-                         "END "}
+                         "PROC", "END "}
+    assert '`{"index": N}`' in rows["PROC"]
     sites = capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS
     columns = {"AGGR": sites, "AGGD": ("id",) + sites,
                "TSER": capture.SERIES_COLUMNS + capture.MEMORY_COLUMNS,
