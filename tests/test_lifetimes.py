@@ -72,8 +72,11 @@ def test_busy_thread_lifetimes_land_in_their_buckets(tmp_path, targets):
     assert cap.meta["totals"]["dropped_events"] == 0
     bounds = matched(lives, resolved, under)
     # How many are timed finely enough depends on how steadily the machine runs the thread
-    # (benchmarks/lifetimes.py measures it); the long ones always are.
-    assert len(bounds) <= 10 and resolved[bucket(96_000_000)] == 5, (bounds, sorted(lives))
+    # (benchmarks/lifetimes.py measures it: 4 of 25 under a bound on a quiet VM, 13 beside a
+    # CPU hog on a slow one); the long ones always are, and some shorter ones: the busy
+    # thread's anchors time them.
+    assert resolved[bucket(96_000_000)] == 5, (bounds, sorted(lives))
+    assert len(bounds) < 20, ("no lifetime under 96 ms was timed", bounds, sorted(lives))
     rep = json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)
     row = next(r for r in rep["transient"] if r["frames"][0]["function"] == "timed_block")
     quick = sum(x < 1_000_000 for x in lives)  # 15, unless the machine stalled the target
