@@ -6,14 +6,14 @@ as they appear (/proc is read every SCAN_S). One capture holds them all (capture
 the final report shows each process and the merged view."""
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
 
 from . import capture, procfs
 from .commands.arguments import EXIT_FAILED, EXIT_OK
-from .commands.attach import Follower, attach_or_explain, report_attached
+from .commands.attach import (Follower, attach_or_explain, print_final_report,
+                               report_attached)
 from .procfs import TargetError
 from .session import Session
 
@@ -147,13 +147,7 @@ def run(a, opts, stop: dict, pushers: list) -> int:
     if a.output:
         print(f"memhook: capture of {len(caps)} processes written to {a.output} "
               f"({fleet.writer.bytes} bytes)", flush=True)
-    from . import report
-    from .symbolize import Symbolizer
     cap = capture.merge(caps) if len(caps) > 1 else caps[0]
-    rep = report.build(cap, Symbolizer(cap.modules, cache=fleet.symbols))
-    if a.format == "json":
-        print(json.dumps(rep, indent=1), flush=True)
-    else:
-        print(report.render_text(rep, a.top), flush=True)
+    print_final_report(cap, a, fleet.symbols)
     failed = any(m.session.detach_error for m in fleet.members) or (a.pid and fleet.refused)
     return EXIT_FAILED if failed else EXIT_OK

@@ -144,6 +144,16 @@ def follow(session, recorder, a, stop: dict) -> None:
                 stop["reason"] = stop["reason"] or why
 
 
+def print_final_report(cap, a, symbols: dict | None = None) -> None:
+    """The report at the end of a run, as --format asks (both the one-process and the fleet
+    path)."""
+    from .. import report
+    from ..symbolize import Symbolizer
+    rep = report.build(cap, Symbolizer(cap.modules, cache=symbols))
+    print(json.dumps(rep, indent=1) if a.format == "json" else report.render_text(rep, a.top),
+          flush=True)
+
+
 def report_pushes(pusher) -> None:
     print(f"memhook: {pusher.sent} profiles sent to {pusher.endpoint}"
           + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
@@ -164,9 +174,8 @@ def attach_or_explain(session) -> dict:
 
 
 def run_attach(argv: list[str]) -> int:
-    from .. import capture, report
+    from .. import capture
     from ..session import Session
-    from ..symbolize import Symbolizer
     a = attach_parser().parse_args(argv)
     if a.top < 1:
         raise UsageError("--top must be at least 1")
@@ -224,11 +233,7 @@ def run_attach(argv: list[str]) -> int:
     if a.output:
         print(f"memhook: capture written to {a.output} ({recorder.writer.bytes} bytes)",
               flush=True)
-    rep = report.build(cap, Symbolizer(cap.modules))
-    if a.format == "json":
-        print(json.dumps(rep, indent=1), flush=True)
-    else:
-        print(report.render_text(rep, a.top), flush=True)
+    print_final_report(cap, a)
     if session.detach_error:
         print(f"memhook: could not restore the slots ({session.detach_error}); the target "
               "keeps running with memhook's hooks in place", file=sys.stderr)
