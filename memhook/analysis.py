@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .capture import Capture
+from .format import duration_text, human_bytes
 
 MAX_POINTS = 200   # Theil–Sen is quadratic: longer series are subsampled evenly
 PLATEAU = 0.1      # late growth below this share of the overall growth: plateaued
@@ -64,12 +65,10 @@ def floor_series(y: np.ndarray) -> np.ndarray:
 
 
 def _duration(seconds: float) -> str:
-    from .report import duration_text
     return duration_text(seconds * 1e9)
 
 
 def _rate(bytes_per_min: float) -> str:
-    from .report import human_bytes
     return human_bytes(bytes_per_min) + "/min"
 
 
@@ -77,7 +76,6 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
     """Stacks holding memory at the end that a leak hunter should look at, most suspect first
     (module docstring). Stacks whose blocks turn over (most freed within the capture) and whose
     floor does not rise are churn, not suspects."""
-    from .report import human_bytes
     times, series = stack_series(cap)
     end_s = float(times[-1]) if len(times) else 0.0
     live = cap.live or {}

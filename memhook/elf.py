@@ -15,13 +15,10 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import hooks
+from . import arch, hooks
 from .procfs import Mapping, Memory, TargetError, read_maps
 
 PAGE = 4096
-R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_JUMP_SLOT = 1, 6, 7
-RELOC_NAMES = {R_X86_64_64: "R_X86_64_64", R_X86_64_GLOB_DAT: "GLOB_DAT",
-               R_X86_64_JUMP_SLOT: "JUMP_SLOT"}
 DT_NULL, DT_DEBUG = 0, 21
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
 ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
@@ -136,6 +133,9 @@ def _map_files_path(pid: int, m: Mapping) -> str:
 
 def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
     """Fill obj.slots, obj.plt and obj.defined from one ELF file."""
+    cpu = arch.of(elf["e_machine"], elf.elfclass)
+    if cpu is None:
+        return  # (not the target's kind: nothing the scan could patch)
     for sec in elf.iter_sections():
         if sec.name in (".plt", ".plt.sec") and sec["sh_size"]:
             lo = obj.bias + sec["sh_addr"]
@@ -180,9 +180,9 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
                                                                ("addend", "<i8")])
         types = rela["info"] & 0xFFFFFFFF
         syms = rela["info"] >> 32
-        keep = np.isin(syms, np.fromiter(index_of, dtype=np.uint64)) & (
-            (types == R_X86_64_JUMP_SLOT) | (types == R_X86_64_GLOB_DAT)
-            | ((types == R_X86_64_64) & (rela["addend"] == 0)))
+        kinds = np.fromiter(cpu.slot_relocations, dtype=np.uint64)
+        keep = np.isin(syms, np.fromiter(index_of, dtype=np.uint64)) & np.isin(types, kinds) & (
+            (types != cpu.absolute) | (rela["addend"] == 0))
         # The pages glibc makes read-only after relocation (_dl_protect_relro).
         relro = [(obj.bias + (h.p_vaddr & ~(PAGE - 1)),
                   obj.bias + ((h.p_vaddr + h.p_memsz) & ~(PAGE - 1)))
@@ -191,7 +191,7 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         for r, t, s in zip(rela[keep], types[keep], syms[keep]):
             hook_id = index_of[int(s)]
             addr = obj.bias + int(r["offset"])
-            obj.slots.append(Slot(addr, hook_id, hooks.BY_ID[hook_id].symbol, RELOC_NAMES[int(t)],
+            obj.slots.append(Slot(addr, hook_id, hooks.BY_ID[hook_id].symbol, cpu.slot_relocations[int(t)],
                                   obj.path, any(lo <= addr < hi for lo, hi in relro)))
 
 
@@ -210,7 +210,7 @@ def scan(pid: int, exe_path: str) -> Layout:
     except (OSError, ELFError) as e:
         raise TargetError(f"cannot read the target's executable: {e}") from None
     with f:
-        if exe["e_machine"] != "EM_X86_64" or exe.elfclass != 64:
+        if arch.of(exe["e_machine"], exe.elfclass) is None:
             raise TargetError(f"unsupported target architecture {exe['e_machine']} "
                               f"({exe.elfclass}-bit): memhook supports x86-64 only")
         interp = next((s.get_interp_name() for s in exe.iter_segments()

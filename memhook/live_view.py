@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 import time
 
-from .procfs import one_line
+from .format import frame_name, human_bytes, one_line
 
 
 class LiveView:
@@ -22,7 +22,6 @@ class LiveView:
     def lines(self, symbolizer) -> list[str]:
         import numpy as np
         from . import analysis, procfs
-        from .report import frame_name, human_bytes
         consumer = self.session.consumer
         now = time.monotonic()
         t = consumer.totals()

@@ -83,13 +83,6 @@ def process_info(pid: int) -> ProcessInfo:
                        " ".join(argv), exe, ticks)
 
 
-def one_line(text: str, limit: int = 100) -> str:
-    """A command line as one line of a terminal: control characters (a newline in `python -c`'s
-    program, or an escape sequence a target put in its argv) shown escaped, long ones cut."""
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
 def _denied(pid: int) -> TargetError:
     if os.geteuid() == 0:
         return TargetError(f"not allowed to inspect PID {pid}: memhook runs as root but without "

@@ -1,4 +1,6 @@
-"""One profiling session: attach (scan, inject, patch), drain, detach (restore, final drain)."""
+"""One profiling session: attach (prepare, the way in, start), drain, detach (restore, final
+drain). The way in (GDB today, memhook/inject/) is a seam: prepare() and start() do not know
+which one it is."""
 from __future__ import annotations
 
 import os
@@ -8,13 +10,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from . import _native, elf, hooks, procfs
-from .inject import AttachRequest, DetachRequest, run_agent
+from .inject import AttachRequest, DetachRequest, WayIn
+from .inject.gdb import GdbWayIn
+from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .procfs import TargetError
-from .target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .unwind_tables import UnwindTables
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
-ATTACH_TRIES = 5
 ENTRY_WAIT_S = 0.5  # how long attach waits for a thread to enter malloc before picking another
 MAX_SIZE = 2**64 - 1
 
@@ -66,6 +68,21 @@ def tsc_usable() -> bool:
 
 
 @dataclass
+class AttachPlan:
+    """What prepare() made for the way in: the scan, the request, and what is placed in the
+    target's file system for it (removed once the way in is done, whatever it did)."""
+    layout: elf.Layout
+    request: AttachRequest
+    copy: LibraryCopy | None
+    segment: Segment
+
+    def release(self) -> None:
+        if self.copy:
+            self.copy.remove()
+        self.segment.unlink()
+
+
+@dataclass
 class Session:
     pid: int
     options: Options = field(default_factory=Options)
@@ -86,12 +103,32 @@ class Session:
     unwind: UnwindTables = field(default_factory=UnwindTables)
     loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
     published_modules: frozenset = frozenset()  # the module keys that index covers
+    way_in: WayIn | None = None  # how the session got in: detach goes out the same way
 
     @property
     def consumer(self):
         return self.segment.consumer
 
-    def attach(self) -> dict:
+    def attach(self, way_in: WayIn | None = None) -> dict:
+        """prepare(), then the way in (GDB unless another is given), then start()."""
+        plan = self.prepare()
+        way_in = way_in or GdbWayIn()
+        self.way_in = way_in
+        # Draining from before the first hook can fire: the rings do not fill while the way in
+        # is still busy (on a loaded host, seconds), and the heartbeat runs.
+        self.consumer.start()
+        try:
+            result = way_in.attach(plan.request)
+        except BaseException:
+            self.consumer.stop()
+            raise
+        finally:
+            plan.release()
+        return self.start(plan, result)
+
+    def prepare(self) -> "AttachPlan":
+        """Everything done while the target runs untouched: checks, the scan for slots, unwind
+        rows, the shared segment, the library copy and the request for the way in."""
         self.options.check()
         self.info = procfs.process_info(self.pid)
         tracer = procfs.tracer(self.pid)
@@ -130,43 +167,41 @@ class Session:
                                unwind_bytes=self.unwind.area_bytes())
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
-        copy = None if base else LibraryCopy(
-            self.info, library, (self.options.library_dir,) if self.options.library_dir
-            else LIBRARY_DIRS)
-        plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
-        text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
-        request = AttachRequest(
-            pid=self.pid, lib_base=base, library=copy.target_path if copy else "",
-            segment=self.segment.target_path, symbols=symbols,
-            slots=[[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
-                                                       self.options.size_filter)],
-                    layout.real.get(s.hook_id, 0), plt[s.module], s.hook_id, s.readonly]
-                   for s in layout.slots],
-            dlopen=layout.dlopen, dlerror=layout.dlerror, munmap=layout.munmap,
-            dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
-            malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0), entry_wait_s=ENTRY_WAIT_S,
-            libc_text=[r for n, r in text.items() if n.startswith("libc.so")],
-            loader_text=[(o.lo, o.hi) for o in layout.objects if o.skip == "the dynamic loader"])
-        # Draining from before the first hook can fire: the rings do not fill while GDB is
-        # still busy (on a loaded host, seconds), and the heartbeat runs.
-        self.consumer.start()
+        copy = None
         try:
-            for attempt in range(ATTACH_TRIES):
-                result = run_agent(request)
-                if not result.get("error", "").startswith("busy:") or attempt + 1 == ATTACH_TRIES:
-                    break
-                time.sleep(0.05)  # every thread was mid-allocation: the moment passes
+            copy = None if base else LibraryCopy(
+                self.info, library, (self.options.library_dir,) if self.options.library_dir
+                else LIBRARY_DIRS)
+            plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
+            text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
+            request = AttachRequest(
+                pid=self.pid, lib_base=base, library=copy.target_path if copy else "",
+                segment=self.segment.target_path, symbols=symbols,
+                slots=[[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
+                                                           self.options.size_filter)],
+                        layout.real.get(s.hook_id, 0), plt[s.module], s.hook_id, s.readonly]
+                       for s in layout.slots],
+                dlopen=layout.dlopen, dlerror=layout.dlerror, munmap=layout.munmap,
+                dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
+                malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
+                entry_wait_s=ENTRY_WAIT_S,
+                libc_text=[r for n, r in text.items() if n.startswith("libc.so")],
+                loader_text=[(o.lo, o.hi) for o in layout.objects
+                             if o.skip == "the dynamic loader"])
         except BaseException:
-            self.consumer.stop()
-            raise
-        finally:
             if copy:
                 copy.remove()
             self.segment.unlink()
+            raise
+        return AttachPlan(layout, request, copy, self.segment)
+
+    def start(self, plan: "AttachPlan", result: dict) -> dict:
+        """After the way in: what it patched and left alone, and the session's clock."""
         self.pause_ms["attach"] = result.get("paused_ms", 0.0)
         if "error" in result:
             self.consumer.stop()
             raise TargetError(result["error"])
+        layout = plan.layout
         self.lib_base = result["lib_base"]
         self.patched = result["patched"]
         by_addr = {s.addr: s for s in layout.slots}
@@ -252,7 +287,7 @@ class Session:
                                     symbols=elf.exported_offsets(hook_library()),
                                     slots=self.patched)
             try:
-                result = run_agent(request)
+                result = (self.way_in or GdbWayIn()).detach(request)
             except TargetError as e:
                 result = {"error": str(e)}
             self.pause_ms["detach"] = result.get("paused_ms", 0.0)

@@ -502,6 +502,15 @@ class Symbolizer:
         self.problems: dict = {}  # module path -> why it could not be symbolized
         self.set_modules(modules)
 
+    def for_modules(self, modules) -> "Symbolizer":
+        """Another module table (another process of the same run or capture), with this one's
+        lookup, line tool and per-file symbols."""
+        other = Symbolizer.__new__(Symbolizer)
+        other.line_tool, other.lookup, other._symbols = self.line_tool, self.lookup, self._symbols
+        other.problems = {}
+        other.set_modules(modules)
+        return other
+
     def set_modules(self, modules) -> None:
         """A new module table (libraries came or went); per-file symbols are kept."""
         self.modules = sorted((m if isinstance(m, dict) else vars(m) for m in modules),

@@ -245,7 +245,7 @@ def test_no_idle_threads_of_its_own():
     """memhook's Python process, numpy loaded, runs one thread: no BLAS pool spinning on the
     profiled host's CPUs."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
-    code = "import memhook.report, numpy, os; print(len(os.listdir('/proc/self/task')))"
+    code = "import memhook.reporters.model, numpy, os; print(len(os.listdir('/proc/self/task')))"
     out = subprocess.run([memhook_cmd()[0], "-c", code], capture_output=True, text=True,
                          env=env, cwd="/", check=True)
     assert out.stdout.strip() == "1", out

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memhook import capture, report
+from memhook import capture
+from memhook.reporters import collapsed, model, text
 from memhook.symbolize import Symbolizer
 
 pytestmark = pytest.mark.unprivileged
@@ -42,10 +43,10 @@ def read_and_report(tmp_path, data: bytes) -> None:
     except capture.CaptureError as e:
         assert "\n" not in str(e)
         return
-    rep = report.build(cap, Symbolizer(cap.modules, tool="pyelftools"))
+    rep = model.build(cap, Symbolizer(cap.modules, tool="pyelftools"))
     json.dumps(rep)
-    report.render_text(rep)
-    report.render_collapsed(rep)
+    text.render_text(rep)
+    collapsed.render_collapsed(rep)
 
 
 def test_the_sample_is_valid(tmp_path):

@@ -12,8 +12,8 @@ import time
 from conftest import Lines, build, memhook_cmd, run_memhook, site
 
 from memhook import capture as capture_mod
-from memhook import plots
-from memhook.report import distinct_labels, frame_name
+from memhook.format import distinct_labels, frame_name
+from memhook.reporters import plots
 from memhook.symbolize import Symbolizer
 
 RAW_ADDRESS = re.compile(r"0x[0-9a-f]{9,}")  # a runtime address: never where a name exists

@@ -63,15 +63,17 @@ def emit(text, path: str | None) -> None:
 
 
 def run_report(argv: list[str]) -> int:
-    from .. import capture, pprof, report
+    from .. import capture, reporters
+    from ..reporters import model
+    from ..reporters.text import render_diff_text
     from ..symbolize import Lookup, Symbolizer
     a = report_parser().parse_args(argv)
     if a.top is not None and a.top < 1:
         raise UsageError("--top must be at least 1")
     try:
         lookup = Lookup(a.debug_dir, a.sysroot)
-        filters = report.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
-                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
+        filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
+                                a.min_age, transient_ns=a.transient_threshold * 1e6)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
@@ -92,50 +94,36 @@ def run_report(argv: list[str]) -> int:
         if a.format not in ("text", "json"):
             raise UsageError("--diff reports as text or json")
         other = capture.read(a.diff)
-        other_symbolizer = Symbolizer(other.modules, lookup, a.symbolizer)
-        everything = report.Filters(a.min_size, a.max_size, a.module, a.function)
-        d = report.diff(report.build(cap, symbolizer, everything),
-                        report.build(other, other_symbolizer, everything), cap, other)
+        other_symbolizer = symbolizer.for_modules(other.modules)
+        everything = model.Filters(a.min_size, a.max_size, a.module, a.function)
+        d = model.diff(model.build(cap, symbolizer, everything),
+                       model.build(other, other_symbolizer, everything), cap, other)
         if a.top:
             d["sites"] = d["sites"][:a.top]
         emit(json.dumps(d, indent=1) if a.format == "json"
-             else report.render_diff_text(d, top=a.top or 10), a.output)
+             else render_diff_text(d, top=a.top or 10), a.output)
         return EXIT_OK
-    rep = report.build(cap, symbolizer, filters)
-    if a.otlp or a.format == "otlp":
-        from .. import otlp
-        parts = []
-        for proc in cap.processes or [cap]:  # a resource per process
-            meta = proc.meta
-            proc_rep = rep if proc is cap else report.build(
-                proc, Symbolizer(proc.modules, lookup, a.symbolizer), filters)
-            parts.append((proc_rep, proc.modules, meta, int(meta.get("started_at", 0) * 1e9),
-                          int((meta.get("ended_at") or meta.get("started_at", 0)) * 1e9)))
-        req = otlp.request_many(parts, dict(a.label))
+    rep = model.build(cap, symbolizer, filters)
+    if a.otlp:
+        from .. import push
+        from ..reporters.otlp import capture_request
+        req = capture_request(cap, rep, symbolizer, dict(a.label), filters)
         if a.format == "otlp":
             emit(req.SerializeToString(), a.output)
-        if a.otlp:
-            try:
-                rejected = otlp.push(a.otlp, req)
-            except otlp.PushError as e:
-                raise TargetError(str(e)) from None
-            print(f"memhook: profile sent to {otlp.endpoint(a.otlp)}" + (f"; the collector rejected {rejected} "
-                  "profiles" if rejected else ""), file=sys.stderr)
+        try:
+            rejected = push.push(a.otlp, req)
+        except push.PushError as e:
+            raise TargetError(str(e)) from None
+        print(f"memhook: profile sent to {push.endpoint(a.otlp)}" + (
+            f"; the collector rejected {rejected} profiles" if rejected else ""), file=sys.stderr)
+        return EXIT_OK
+    if a.format == "otlp":
+        emit(reporters.render("otlp", cap, rep, symbolizer, labels=dict(a.label),
+                              filters=filters), a.output)
         return EXIT_OK
     if a.plots:
-        from .. import plots
+        from ..reporters import plots
         for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
             print(f"memhook: wrote {path}", file=sys.stderr)
-    if a.format == "html":
-        from .. import html
-        out = html.render(cap, rep, symbolizer)
-    elif a.format == "json":
-        out = json.dumps(rep, indent=1)
-    elif a.format == "pprof":
-        out = pprof.profile(cap, rep, symbolizer)
-    elif a.format == "collapsed":
-        out = report.render_collapsed(rep, a.weight)
-    else:
-        out = report.render_text(rep, top=a.top or 10)
-    emit(out, a.output)
+    emit(reporters.render(a.format, cap, rep, symbolizer, top=a.top, weight=a.weight), a.output)
     return EXIT_OK

@@ -8,15 +8,12 @@ Go's own pprof reads the result (tests/test_capture.py runs `go tool pprof` on i
 from __future__ import annotations
 
 import gzip
-import re
 
-from .capture import Capture
-from .symbolize import Symbolizer
+from ..capture import Capture
+from ..symbolize import Symbolizer
+from .model import SAMPLE_TYPES
 
 MASK64 = (1 << 64) - 1
-SAMPLE_TYPES = (("alloc_objects", "count", "alloc_count"), ("alloc_space", "bytes", "alloc_bytes"),
-                ("inuse_objects", "count", "outstanding_count"),
-                ("inuse_space", "bytes", "outstanding_bytes"))
 
 
 def _varint(n: int) -> bytes:
@@ -125,69 +122,5 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
     return gzip.compress(bytes(out))
 
 
-# ---- Pushing to Pyroscope's ingest API ----
-
-LABEL_KEY = re.compile(r"[^A-Za-z0-9_]")
-LABEL_VALUE = re.compile(r"[{},=\s]")
-# Pyroscope's aggregation per sample type: in-use figures are levels, not sums over time.
-SAMPLE_TYPE_CONFIG = {"inuse_space": {"units": "bytes", "aggregation": "average"},
-                      "inuse_objects": {"units": "objects", "aggregation": "average"},
-                      "alloc_space": {"units": "bytes"}, "alloc_objects": {"units": "objects"}}
-
-
-def ingest_url(base: str, meta: dict, labels: dict, start_s: int, end_s: int) -> str:
-    """POST target for one process's profile: Pyroscope's /ingest with its query (README,
-    "Fleet")."""
-    import os
-    from urllib.parse import urlencode
-    app = labels.get("service") or os.path.basename(meta.get("exe") or "") or "memhook"
-    tags = {"pid": meta.get("pid") or 0, "host": meta.get("host") or "",
-            **{k: v for k, v in labels.items() if k != "service"}}
-    name = LABEL_VALUE.sub("_", app) + "{" + ",".join(
-        f"{LABEL_KEY.sub('_', k)}={LABEL_VALUE.sub('_', str(v))}" for k, v in tags.items()) + "}"
-    query = urlencode({"name": name, "from": start_s, "until": end_s, "format": "pprof",
-                       "spyName": "memhook"})
-    return f"{base}?{query}"
-
-
-def multipart(fields: dict) -> tuple[bytes, str]:
-    """multipart/form-data with one file per field; returns the body and its Content-Type."""
-    import secrets
-    boundary = "memhook" + secrets.token_hex(12)
-    body = bytearray()
-    for name, (filename, data) in fields.items():
-        body += (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; "
-                 f"filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
-                 ).encode() + data + b"\r\n"
-    body += f"--{boundary}--\r\n".encode()
-    return bytes(body), f"multipart/form-data; boundary={boundary}"
-
-
-class PyroscopeSink:
-    """Pusher's payloads for Pyroscope's ingest API: per process, its gzip pprof as the form
-    field `profile`, with `sample_type_config`, to /ingest?name=APP{pid=..,host=..}&from=..&until=..&format=pprof."""
-
-    def __init__(self, url: str, labels: dict):
-        base = url.rstrip("/")
-        self.url = base if base.endswith("/ingest") else base + "/ingest"
-        self.labels, self.endpoint = labels, self.url
-
-    def part(self, cap, rep, symbolizer, start_ns: int, end_ns: int):
-        return profile(cap, rep, symbolizer), cap.meta, start_ns // 10**9, end_ns // 10**9
-
-    def build(self, parts: list) -> list:
-        import json
-        out = []
-        for data, meta, start_s, end_s in parts:
-            body, content_type = multipart({
-                "profile": ("profile.pprof", data),
-                "sample_type_config": ("sample_type_config.json",
-                                       json.dumps(SAMPLE_TYPE_CONFIG).encode())})
-            out.append((ingest_url(self.url, meta, self.labels, start_s, max(end_s, start_s + 1)),
-                        body, content_type))
-        return out
-
-    def send(self, payload) -> None:
-        from .otlp import post
-        url, body, content_type = payload
-        post(url, body, content_type, 5.0)
+def render(cap: Capture, report: dict, symbolizer: Symbolizer, **_) -> bytes:
+    return profile(cap, report, symbolizer)

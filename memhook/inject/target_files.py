@@ -16,8 +16,8 @@ import secrets
 import shutil
 import stat
 
-from . import _native
-from .procfs import ProcessInfo, TargetError, start_ticks
+from .. import _native
+from ..procfs import ProcessInfo, TargetError, start_ticks
 
 SEGMENT_DIR = "dev/shm"
 LIBRARY_DIRS = ("tmp", "var/tmp", "dev/shm")

@@ -1,5 +1,5 @@
 # Runs inside GDB's embedded Python (not imported by memhook). memhook prepends PARAMS = {...}:
-# an AttachRequest or a DetachRequest (inject.py) as a dict.
+# an AttachRequest or a DetachRequest (requests.py) as a dict.
 # GDB stops every thread on attach; slots are written only while they are stopped, so no thread
 # ever reads a half-written pointer. Function calls in the target use raw addresses memhook
 # computed from the ELF files, so GDB needs no symbols at all.
@@ -29,19 +29,20 @@ class Scratch:
     """Strings for the target, written below the selected thread's stack pointer (past the red
     zone); the stack pointer is lowered over them for the calls and put back afterwards."""
 
-    def __init__(self, *strings):
-        self.sp = int(gdb.parse_and_eval("$sp"))
-        at = (self.sp - 256 - 8192) & ~0xF
+    def __init__(self, arch, *strings):
+        self.sp_reg, align = arch["gdb_sp"], arch["stack_align"] - 1
+        self.sp = int(gdb.parse_and_eval(self.sp_reg))
+        at = (self.sp - 2 * arch["red_zone"] - 8192) & ~align
         self.addrs = []
         for s in strings:
             data = s.encode() + b"\0"
             INF.write_memory(at, data)
             self.addrs.append(at)
-            at += (len(data) + 15) & ~0xF
-        gdb.execute("set $sp = %d" % ((self.addrs[0] - 64) & ~0xF))
+            at += (len(data) + align) & ~align
+        gdb.execute("set %s = %d" % (self.sp_reg, (self.addrs[0] - 64) & ~align))
 
     def close(self):
-        gdb.execute("set $sp = %d" % self.sp)
+        gdb.execute("set %s = %d" % (self.sp_reg, self.sp))
 
 
 def record_slot(ctl, P, index, **fields):
@@ -96,7 +97,7 @@ def pick_thread(P):
     dynamic loader. The main thread is preferred."""
     for th in sorted(INF.threads(), key=lambda t: t.num):
         th.switch()
-        pc = int(gdb.parse_and_eval("$pc"))
+        pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
         if any(lo <= pc < hi for lo, hi in P["loader_text"]):
             continue
         try:
@@ -133,7 +134,7 @@ def stop_at_allocator_entry(P):
         timer.cancel()
         RUNNING[0] += time.monotonic() - t0
         bp.delete()
-    return int(gdb.parse_and_eval("$pc")) == P["malloc"]
+    return int(gdb.parse_and_eval(P["arch"]["gdb_pc"])) == P["malloc"]
 
 
 def unmap_leftovers(P):
@@ -155,7 +156,7 @@ def do_attach(P, out):
     if not base:
         out["dlopen_at"] = "malloc entry" if stop_at_allocator_entry(P) else "thread %d" % (
             pick_thread(P).num)
-    scratch = Scratch(P["library"], P["segment"])
+    scratch = Scratch(P["arch"], P["library"], P["segment"])
     try:
         if not base:
             handle = call("long(*)(long, int)", P["dlopen"], scratch.addrs[0], P["dlopen_mode"])

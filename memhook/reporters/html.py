@@ -6,9 +6,9 @@ import html
 import json
 
 from . import plots
-from .capture import Capture
-from .report import (duration_text, dropped_frees_lines, frame_name, frame_text, human_bytes,
-                     process_memory_text)
+from ..capture import Capture
+from ..format import duration_text, frame_name, frame_text, human_bytes
+from .text import dropped_frees_lines, process_memory_text
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -98,7 +98,7 @@ def _stack_html(frames: list, limit: int = 10) -> str:
     return "<pre>" + "\n".join(lines) + "</pre>"
 
 
-def render(cap: Capture, report: dict, symbolizer) -> str:
+def render(cap: Capture, report: dict, symbolizer, **_) -> str:
     t = report["totals"]
     figures = plots.render(cap, report, symbolizer, "svg")
     svg = {k: v.decode().split("?>", 1)[-1] for k, v in figures.items()}  # drop XML headers

@@ -15,11 +15,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict
 from importlib import resources
 
-from . import _native
-from .procfs import TargetError
+from ..procfs import TargetError
+from .requests import AttachRequest, DetachRequest
 
 GDB_TIMEOUT_S = 120
 MARKER = "MEMHOOK_RESULT "
@@ -38,51 +39,6 @@ GDB_SETTINGS = [
 ]
 
 
-def control_layout() -> dict:
-    """Where the agent finds the patched slots in the target's control block, and how a
-    PatchedSlot is laid out (hook_cpp/common/segment.h, through the consumer module)."""
-    return {"slots_offset": _native.CONTROL_SLOTS_OFFSET,
-            "nslots_offset": _native.CONTROL_NSLOTS_OFFSET,
-            "late_offset": _native.CONTROL_LATE_OFFSET,
-            "nlate_offset": _native.CONTROL_NLATE_OFFSET, "max_slots": _native.MAX_SLOTS,
-            "max_late": _native.MAX_LATE_SLOTS, "slot_bytes": _native.SLOT_BYTES,
-            "slot_fields": dict(_native.SLOT_FIELDS), "slot_patched": _native.SLOT_PATCHED,
-            "mode_off": _native.MODE_OFF}
-
-
-@dataclass(frozen=True)
-class AttachRequest:
-    """Load the hook library (unless loaded), start the session, patch the slots."""
-    pid: int
-    lib_base: int          # an earlier session's hook library in the target, or 0: dlopen it
-    library: str           # the library copy, as the target sees its path ("" if loaded)
-    segment: str           # the shared segment, as the target sees its path
-    symbols: dict          # the hook library's exported symbols: name -> offset
-    slots: list            # per slot: [address, entry offset, real function, PLT ranges,
-                           #            hook id, in a RELRO page]
-    dlopen: int            # dlopen and dlerror in the target, and dlopen's mode
-    dlerror: int
-    dlopen_mode: int
-    munmap: int            # to unmap what a failed dlopen left of the library (0: unknown)
-    malloc: int            # the real malloc: dlopen runs on a thread stopped at its entry
-    entry_wait_s: float    # how long to wait for one
-    libc_text: list        # [lo, hi]: a thread stopped here may hold an allocator lock
-    loader_text: list      # [lo, hi]: likewise, the dynamic loader's
-    layout: dict = field(default_factory=control_layout)
-    action: str = "attach"
-
-
-@dataclass(frozen=True)
-class DetachRequest:
-    """Turn the hooks into pass-throughs and put back every slot that still holds its hook."""
-    pid: int
-    lib_base: int
-    symbols: dict
-    slots: list            # [address, original, hook] as the attach patched them
-    layout: dict = field(default_factory=control_layout)
-    action: str = "detach"
-
-
 def find_gdb() -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
@@ -95,7 +51,7 @@ def run_agent(request: AttachRequest | DetachRequest) -> dict:
     """Run the agent on `request`; return what it reported. Raises TargetError on failure."""
     params = asdict(request)
     gdb = find_gdb()
-    body = resources.files("memhook").joinpath("gdb_agent.py").read_text()
+    body = resources.files(__package__).joinpath("gdb_agent.py").read_text()
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's
         script = os.path.join(tmp, "agent.py")
         with open(script, "w") as f:
@@ -126,3 +82,22 @@ def run_agent(request: AttachRequest | DetachRequest) -> dict:
     if "Python scripting is not supported" in proc.stderr:
         raise TargetError("this gdb was built without Python support, which memhook needs")
     raise TargetError(f"gdb failed: {detail}")
+
+
+class GdbWayIn:
+    """The way in through GDB: attach, call dlopen and memhook_start in the target, patch the
+    slots with every thread stopped, detach (gdb_agent.py runs inside GDB)."""
+
+    name = "gdb"
+    TRIES = 5  # every thread mid-allocation ("busy:"): the moment passes, try again
+
+    def attach(self, request: AttachRequest) -> dict:
+        for attempt in range(self.TRIES):
+            result = run_agent(request)
+            if not result.get("error", "").startswith("busy:") or attempt + 1 == self.TRIES:
+                return result
+            time.sleep(0.05)
+        return result
+
+    def detach(self, request: DetachRequest) -> dict:
+        return run_agent(request)

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
 
-from . import analysis  # noqa: E402
-from .capture import Capture  # noqa: E402
-from .report import distinct_labels, frame_name, human_bytes  # noqa: E402
+from .. import analysis  # noqa: E402
+from ..capture import Capture  # noqa: E402
+from ..format import distinct_labels, frame_name, human_bytes  # noqa: E402
 
 STACKS_SHOWN = 8
 

@@ -1,0 +1,30 @@
+"""What memhook's Python side knows of the target's processor, in one table keyed by the ELF
+header's e_machine: which relocations store a function's address in a slot, and what the GDB
+agent needs to call functions in the target (its registers, the red zone below the stack
+pointer, the stack's alignment). The native side's seam is hook_cpp/arch/."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    # relocation type -> the name memhook reports: those that hold a function's address
+    slot_relocations: dict
+    absolute: int       # of those, the one that holds it only with a zero addend
+    red_zone: int       # bytes below the stack pointer a leaf function may use
+    stack_align: int
+    gdb_sp: str = "$sp"
+    gdb_pc: str = "$pc"
+
+
+X86_64 = Arch("x86-64", slot_relocations={1: "R_X86_64_64", 6: "GLOB_DAT", 7: "JUMP_SLOT"},
+              absolute=1, red_zone=128, stack_align=16)
+
+BY_MACHINE = {"EM_X86_64": X86_64}
+
+
+def of(e_machine: str, elfclass: int) -> Arch | None:
+    """The architecture of an ELF file's header, or None where memhook has no seam for it."""
+    return BY_MACHINE.get(e_machine) if elfclass == 64 else None

@@ -1,0 +1,71 @@
+"""The capture file's format: a 24-byte header (magic, format version), then blocks appended
+as the session goes, each
+  kind (4 bytes) | crc32 of payload (u32) | payload length (u64) | zlib-compressed payload
+so a capture cut off by a crash or kill -9 reads up to its last complete block. The blocks
+and their columns: docs/capture-format.md (the one description; keep it in step with this
+package). Capture is what every reader, writer and report holds in memory."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"MEMHOOK\0CAPTURE\0"
+VERSION = 1
+HEADER = struct.Struct("<16sII")
+BLOCK = struct.Struct("<4sIQ")
+MAX_BLOCK = 1 << 32
+MAX_PROCESSES = 1 << 20
+SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+                "outstanding_bytes", "op_mask")
+# Since the dropped-free reconciliation (0 where a capture has none): outstanding blocks and
+# bytes per stack that may have been freed unrecorded.
+UNCERTAIN_COLUMNS = ("uncertain_count", "uncertain_bytes")
+SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
+                  "free_count", "dropped_events")
+MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
+LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
+BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary", "freed_same_call")
+BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")
+# Since lifetimes carry their resolution (zeros where a capture has none): lifetimes known only
+# to lie under a bound, by that bound's bucket.
+BEHAVIOUR_LATER_HISTS = ("lifetime_unresolved_hist",)
+BEHAVIOUR_PAIRS = ("pair_stack", "pair_alloc_tid", "pair_free_tid", "pair_count")
+TOP_STACKS = 20  # stacks sampled in the time series per interval
+TICK_CHUNKS = ("top_time_s", "top_stack", "top_bytes", "stk_time_s", "stk_id", "stk_bytes")
+EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
+                        ("tid", "<u4"), ("op", "u1"), ("is_free", "u1"), ("pad", "V6")])
+
+
+class CaptureError(Exception):
+    """A capture file that cannot be read, with a one-line reason."""
+
+
+@dataclass
+class Capture:
+    meta: dict = field(default_factory=dict)
+    modules: list = field(default_factory=list)
+    sites: dict = field(default_factory=dict)      # SITE_COLUMNS -> array indexed by stack id
+    stack_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.uint64))
+    stack_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    # SERIES_COLUMNS and MEMORY_COLUMNS per row; top_time_s/top_stack/top_bytes for the largest
+    # stacks; stk_time_s/stk_id/stk_bytes whenever a stack's outstanding bytes changed
+    series: dict = field(default_factory=dict)
+    events: np.ndarray | None = None               # EVENT_DTYPE without pad, ts in ns since start
+    complete: bool = False
+    live: dict | None = None                       # LIVE_COLUMNS, ts in ns since start
+    behaviour: dict | None = None                  # BEHAVIOUR_* arrays
+    # A merged capture (merge()): the processes' own captures, and per process (rows, in that
+    # order) and merged stack (columns) their outstanding bytes and blocks; stack_map: per
+    # process, the merged id of each of its stacks.
+    processes: list = field(default_factory=list)
+    by_process: dict | None = None
+
+    @property
+    def stack_count(self) -> int:
+        return len(self.stack_offsets) - 1
+
+    def frames(self, stack: int) -> np.ndarray:
+        return self.stack_frames[int(self.stack_offsets[stack]):int(self.stack_offsets[stack + 1])]
+

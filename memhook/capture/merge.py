@@ -1,0 +1,108 @@
+"""Several processes' captures as one: each module file gets one place in a common address
+space, frames move with their modules, and stacks that become equal are one."""
+from __future__ import annotations
+
+import numpy as np
+
+from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
+                     SITE_COLUMNS, UNCERTAIN_COLUMNS, Capture)
+
+def module_key(module: dict) -> str:
+    """A module's identity across processes and hosts: its build-id, else its path."""
+    return module.get("build_id") or module["path"]
+
+
+def stack_key(frames: list, build_ids: dict) -> tuple:
+    """A symbolized stack's identity across processes and hosts (what --diff matches): per
+    frame its module (module_key) and ELF offset; absolute addresses move with ASLR. merge()
+    interns raw stacks by the same identity."""
+    return tuple((build_ids.get(f["module"]) or f["module"], f["offset"], bool(f.get("inlined")))
+                 if f["module"] else (None, f["address"], False) for f in frames)
+
+
+MERGED_BASE = 1 << 60  # merged modules' addresses: above any user-space address (< 2^47)
+MERGED_SPAN = 1 << 44  # per module: more than any ELF file's address range
+
+
+def merge(caps: list[Capture]) -> Capture:
+    """The processes' captures as one: a module file (by build-id, else path) gets one place in
+    a common address space, each frame moves with its module, and stacks that become equal
+    are one, their aggregates summed (the same identity --diff matches stacks by). Frames in no
+    module keep their addresses. No time series or behaviour: those stay per process."""
+    modules: dict = {}  # key -> merged module record
+    offsets, frames, index = [0, 0], [], {}  # merged stacks (0: none), interned by frames
+    columns = SITE_COLUMNS + UNCERTAIN_COLUMNS
+    rows = []  # per process: merged stack id of each of its stacks
+    for cap in caps:
+        mods = sorted(cap.modules, key=lambda m: m["lo"])
+        los = np.array([m["lo"] for m in mods], np.uint64)
+        shift = np.zeros(len(mods), np.int64)
+        for i, m in enumerate(mods):
+            key = module_key(m)
+            if key not in modules:
+                bias = MERGED_BASE + len(modules) * MERGED_SPAN
+                modules[key] = {**m, "bias": bias, "lo": m["lo"] - m["bias"] + bias,
+                                "hi": m["hi"] - m["bias"] + bias}
+            shift[i] = modules[key]["bias"] - m["bias"]  # wraps like the addresses do
+        f = cap.stack_frames.astype(np.uint64)
+        at = np.searchsorted(los, f, side="right").astype(np.int64) - 1
+        his = np.array([m["hi"] for m in mods], np.uint64)
+        inside = (at >= 0) & (f < his[np.maximum(at, 0)]) if len(mods) else np.zeros(len(f), bool)
+        moved = f.copy()
+        moved[inside] = f[inside] + shift[at[inside]].astype(np.uint64)
+        ids = np.zeros(cap.stack_count, np.int64)
+        for s in range(1, cap.stack_count):
+            key = moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])].tobytes()
+            if key not in index:
+                index[key] = len(offsets) - 1
+                frames.append(moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])])
+                offsets.append(offsets[-1] + len(frames[-1]))
+            ids[s] = index[key]
+        rows.append(ids)
+    n = len(offsets) - 1
+    sites = {k: np.zeros(n, np.uint64) for k in columns}
+    per = {k: np.zeros((len(caps), n), np.uint64) for k in ("outstanding_bytes",
+                                                            "outstanding_count")}
+    for p, (cap, ids) in enumerate(zip(caps, rows)):
+        for k in columns:
+            col = cap.sites[k][:len(ids)]
+            if k == "op_mask":
+                np.bitwise_or.at(sites[k], ids, col)
+            else:
+                np.add.at(sites[k], ids, col)
+        for k in per:
+            np.add.at(per[k][p], ids, cap.sites[k][:len(ids)])
+        sites["op_mask"][0] = 0
+    behaviour = None
+    if all(c.behaviour is not None for c in caps) and caps:
+        # Summed per merged stack; thread pairs stay per process (thread ids are).
+        first = caps[0].behaviour
+        behaviour = {k: np.zeros((n,) + first[k].shape[1:], np.uint64)
+                     for k in BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS}
+        behaviour.update({k: np.zeros(0, np.uint64) for k in BEHAVIOUR_PAIRS})
+        for cap, ids in zip(caps, rows):
+            for k in BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS:
+                np.add.at(behaviour[k], ids, cap.behaviour[k][:len(ids)].astype(np.uint64))
+    metas = [c.meta for c in caps]
+    totals: dict = {}
+    for m in metas:
+        for k, v in m.get("totals", {}).items():
+            totals[k] = totals.get(k, 0) + v
+    if metas and metas[0].get("totals", {}).get("sample_rate"):
+        totals["sample_rate"] = metas[0]["totals"]["sample_rate"]  # every session's own
+    starts = [m["started_at"] for m in metas if m.get("started_at")]
+    ends = [m.get("ended_at") or 0 for m in metas]
+    meta = {"pid": None, "command": f"{len(caps)} processes: " + ", ".join(
+                f"{m.get('pid')} ({m.get('command') or '?'})" for m in metas),
+            "host": metas[0].get("host") if metas else None,
+            "started_at": min(starts, default=0.0), "ended_at": max(ends, default=0.0),
+            "duration_s": round(max(ends, default=0.0) - min(starts, default=0.0), 3)
+            if all(ends) and starts else max((m.get("duration_s") or 0 for m in metas),
+                                             default=0.0),
+            "sample_rate": metas[0].get("sample_rate", 0) if metas else 0,
+            "totals": totals, "processes": [m.get("pid") for m in metas]}
+    return Capture(meta, list(modules.values()), sites, np.array(offsets, np.uint64),
+                   np.concatenate(frames) if frames else np.zeros(0, np.uint64),
+                   complete=all(c.complete for c in caps), processes=caps, behaviour=behaviour,
+                   by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
+                               "stack_map": rows, **per})

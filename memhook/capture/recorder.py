@@ -1,0 +1,206 @@
+"""Recording a live session: the time series every tick, and (with a capture file) new stacks,
+snapshots of the aggregates and events appended as the session goes."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import procfs
+from .format import (EVENT_DTYPE, MEMORY_COLUMNS, SERIES_COLUMNS, TICK_CHUNKS, TOP_STACKS,
+                     Capture)
+from .writer import Writer
+
+# What a live session holds in memory for its final report before it halves the series'
+# resolution (capture files keep every tick): ticks, and per-stack changes (24 bytes each).
+MAX_TICKS = 2048
+MAX_CHANGES = 2_000_000
+
+
+@dataclass
+class Recorder:
+    """Follows a live session: samples the time series every tick, and (with a path) appends
+    new stacks, snapshots of the aggregates and events to the capture file as it goes."""
+
+    session: object
+    path: str | None = None
+    snapshot_every: float = 60.0
+    record_events: bool = False
+    writer: Writer | None = None
+    stacks_written: int = 0
+    ticks: list = field(default_factory=list)  # per tick: its series row and top/stk chunk
+    held: int = 0  # stk entries in ticks
+    _last_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    events: list = field(default_factory=list)
+    modules_written: int = -1
+    _last_sites: dict = field(default_factory=dict)
+    _last_snapshot: float = 0.0
+    _t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self):
+        if self.path:
+            self.writer = Writer(self.path)
+
+    def start(self) -> None:
+        """Once attached."""
+        if self.record_events:
+            self.session.consumer.record_events(True)
+        if self.writer:
+            self.writer.json(b"META", self.session.metadata())
+            self._modules()
+        self._t0 = self._last_snapshot = time.monotonic()
+
+    def _modules(self) -> None:
+        if self.writer and len(self.session.modules) != self.modules_written:
+            self.writer.json(b"MODS", module_table(self.session.modules.values()))
+            self.modules_written = len(self.session.modules)
+
+    def _stacks(self) -> None:
+        offsets, frames = self.session.consumer.stacks(self.stacks_written)
+        if len(offsets) > 1:
+            if self.writer:
+                self.writer.arrays(b"STKS", first=np.array(self.stacks_written, np.uint64),
+                                   offsets=offsets, frames=frames)
+            self.stacks_written += len(offsets) - 1
+
+    def _events(self) -> np.ndarray | None:
+        if not self.record_events:
+            return None
+        consumer = self.session.consumer
+        raw = np.frombuffer(consumer.take_events(), dtype=EVENT_DTYPE)
+        ev = np.rec.fromarrays([raw[n] for n in EVENT_DTYPE.names if n != "pad"],
+                               names=[n for n in EVENT_DTYPE.names if n != "pad"])
+        ev["ts"] = self._ns_since_start(ev["ts"]).astype(np.uint64)
+        return ev
+
+    def tick(self, final: bool = False) -> None:
+        consumer = self.session.consumer
+        now = time.monotonic() - self._t0
+        totals = consumer.totals()
+        row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
+               **procfs.memory(self.session.pid)}
+        out = consumer.sites()["outstanding_bytes"]
+        top = np.argsort(-out.astype(np.float64))[:TOP_STACKS]
+        top = top[out[top] > 0]
+        last = np.concatenate([self._last_out, np.zeros(len(out) - len(self._last_out), np.uint64)])
+        changed = np.nonzero(out != last)[0]
+        self._last_out = out
+        chunk = {"top_time_s": np.full(len(top), now), "top_stack": top.astype(np.uint64),
+                 "top_bytes": out[top], "stk_time_s": np.full(len(changed), now),
+                 "stk_id": changed.astype(np.uint64), "stk_bytes": out[changed]}
+        self.ticks.append((row, chunk))
+        self.held += len(changed)
+        if len(self.ticks) > MAX_TICKS or self.held > MAX_CHANGES:
+            self._thin()
+        ev = self._events()
+        if ev is not None:
+            self.events.append(ev)
+        if not self.writer:
+            return
+        self._modules()
+        self._stacks()
+        self.writer.arrays(b"TSER", **{k: np.asarray([row[k]]) for k in row}, **chunk)
+        if ev is not None and len(ev):
+            self.writer.arrays(b"EVTS", **{n: ev[n] for n in ev.dtype.names})
+        if final or time.monotonic() - self._last_snapshot >= self.snapshot_every:
+            self.writer.arrays(b"AGGR", **consumer.sites())
+            self.writer.arrays(b"BEHV", **consumer.behaviour())
+            self._last_snapshot = time.monotonic()
+        self.checkpoint(totals)
+
+    def checkpoint(self, totals: dict | None = None) -> None:
+        """What a capture cut off from here on still reports: new stacks, the aggregates of the
+        stacks that changed since the last checkpoint, the totals and the time traced."""
+        if not self.writer:
+            return
+        consumer = self.session.consumer
+        totals = totals or consumer.totals()
+        self._modules()
+        self._stacks()
+        # Only stacks the file holds (one may have appeared since _stacks()): the next checkpoint
+        # writes the others.
+        sites = {k: v[:self.stacks_written] for k, v in consumer.sites().items()}
+        n = len(sites["alloc_count"])
+        changed = np.zeros(n, bool)
+        for k, v in sites.items():
+            last = self._last_sites.get(k, np.zeros(0, np.uint64))[:n]
+            changed |= v != np.concatenate([last, np.zeros(n - len(last), v.dtype)])
+        ids = np.flatnonzero(changed)
+        if len(ids):
+            self.writer.arrays(b"AGGD", id=ids.astype(np.uint64),
+                               **{k: v[ids] for k, v in sites.items()})
+        self._last_sites = sites
+        self.writer.json(b"META", {"totals": _ints(totals),
+                                   "duration_s": round(time.monotonic() - self._t0, 3)})
+
+    def finish(self) -> Capture:
+        """After detach: the final tick, the closing blocks, and the whole capture in memory."""
+        self.tick(final=True)
+        consumer = self.session.consumer
+        cap = current(self.session)
+        meta = cap.meta
+        live = None
+        if self.record_events:  # per block: it grows with the heap, so only when asked
+            live = consumer.live_blocks()
+            live["ts"] = self._ns_since_start(live["ts"]).astype(np.uint64)
+        if self.writer:
+            self.writer.json(b"META", meta)
+            if live is not None:
+                self.writer.arrays(b"LIVE", **live)
+            self.writer.close()
+        cap.series = self.held_series()
+        cap.events = np.concatenate(self.events) if self.events else None
+        cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
+        return cap
+
+    def held_series(self) -> dict:
+        """The time series held for the final report (TSER's columns)."""
+        series = {k: np.asarray([row[k] for row, _ in self.ticks])
+                  for k in SERIES_COLUMNS + MEMORY_COLUMNS}
+        series.update({k: np.concatenate([c[k] for _, c in self.ticks]).astype(
+            np.float64 if k.endswith("time_s") else np.uint64) for k in TICK_CHUNKS})
+        return series
+
+    def _thin(self) -> None:
+        """Halve the time resolution of what is held for the final report (the file keeps every
+        tick): of each pair of ticks the later one stays, and the stacks that changed only in
+        the earlier one are carried into it. A session of days holds a bounded series."""
+        kept = []
+        for i in range(0, len(self.ticks) - 1, 2):
+            (_, early), (row, late) = self.ticks[i], self.ticks[i + 1]
+            carried = ~np.isin(early["stk_id"], late["stk_id"])
+            late = {**late, **{k: np.concatenate([early[k][carried], late[k]])
+                               for k in ("stk_id", "stk_bytes")}}
+            late["stk_time_s"] = np.full(len(late["stk_id"]), row["time_s"])
+            kept.append((row, late))
+        kept += self.ticks[len(kept) * 2:]  # an odd last tick stays as it is
+        self.ticks = kept
+        self.held = sum(len(c["stk_id"]) for _, c in kept)
+
+    def _ns_since_start(self, raw: np.ndarray) -> np.ndarray:
+        consumer = self.session.consumer
+        return np.maximum(raw.astype(np.float64) - consumer.clock_origin, 0) * \
+            consumer.ticks_to_ns()
+
+
+def current(session) -> Capture:
+    """What a session's consumer holds now, as a capture of metadata, totals, modules, stacks and
+    their aggregates (no series): the final report's base, and each OTLP push's."""
+    consumer = session.consumer
+    meta = {**session.metadata(), "totals": _ints(consumer.totals())}
+    offsets, frames = consumer.stacks(0)
+    # Stacks interned after the aggregates were read have no row yet; rows past the stacks read
+    # are for stacks not read.
+    n = len(offsets) - 1
+    sites = {k: v.astype(np.uint64)[:n] for k, v in consumer.sites().items()}
+    return Capture(meta, module_table(session.modules.values()), sites, offsets.astype(np.uint64),
+                   frames.astype(np.uint64))
+
+
+def _ints(d: dict) -> dict:
+    return {k: int(v) for k, v in d.items()}
+
+
+def module_table(modules) -> list:
+    return [{k: v for k, v in asdict(m).items() if k != "file"} for m in modules]

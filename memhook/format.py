@@ -1,0 +1,73 @@
+"""Words for numbers and frames, shared by every view (reports, live view, plots, analysis):
+bytes and durations in their unit, a frame's one name, a line a terminal shows as one line.
+The bottom of the package: it imports nothing of memhook's."""
+from __future__ import annotations
+
+import os
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def duration_text(ns: float) -> str:
+    """A duration in the largest unit it fills, three significant digits."""
+    for unit, scale in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def frame_name(f: dict) -> str:
+    """A frame's one name, in every view: its function, else module+offset (what addr2line
+    takes), else the bare address (code in no file, such as JIT code)."""
+    if f["function"]:
+        return f["function"]
+    return f"{os.path.basename(f['module'])}+0x{f['offset']:x}" if f["module"] else f["address"]
+
+
+def frame_text(f: dict) -> str:
+    where = frame_name(f)
+    if f.get("inlined"):
+        where = "(inlined) " + where
+    if f["file"]:
+        return f"{where}  {f['file']}:{f['line']}"
+    if f["module"]:
+        return f"{where}  ({os.path.basename(f['module'])})"
+    return where
+
+
+def distinct_labels(stacks: list, width: int = 40) -> list[str]:
+    """A label per stack (frames, call site first) that tells it from the others: its call
+    site, and where another stack shares that, the first frame where the two part
+    ("leaf ← … ← caller"). Stacks alike to the last name get their rank."""
+    names = [[frame_name(f) for f in s] for s in stacks]
+
+    def cut(name: str) -> str:
+        return name if len(name) <= width else name[:width - 1] + "…"
+
+    labels = []
+    for i, s in enumerate(names):
+        if not s:
+            labels.append("[no frames]")
+            continue
+        shared = max((next((k for k, (a, b) in enumerate(zip(s, o)) if a != b), min(len(s), len(o)))
+                      for j, o in enumerate(names) if j != i), default=0)
+        if shared == 0:
+            labels.append(cut(s[0]))
+        elif shared < len(s):
+            labels.append(f"{cut(s[0])} ← {'… ← ' if shared > 1 else ''}{cut(s[shared])}")
+        else:
+            labels.append(f"{cut(s[0])} (stack {i + 1})")
+    return labels
+
+
+def one_line(text: str, limit: int = 100) -> str:
+    """A command line as one line of a terminal: control characters (a newline in `python -c`'s
+    program, or an escape sequence a target put in its argv) shown escaped, long ones cut."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"

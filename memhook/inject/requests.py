@@ -1,0 +1,62 @@
+"""What a way in is asked to do, whichever way it is (GDB today): load the hook library, start
+the session and patch the slots; or put the slots back. Plain data: the GDB agent receives it
+as JSON."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import _native
+from ..arch import X86_64
+
+
+def arch_layout() -> dict:
+    """What the agent needs of the target's processor (memhook/arch.py)."""
+    return {"gdb_sp": X86_64.gdb_sp, "gdb_pc": X86_64.gdb_pc, "red_zone": X86_64.red_zone,
+            "stack_align": X86_64.stack_align}
+
+
+def control_layout() -> dict:
+    """Where the agent finds the patched slots in the target's control block, and how a
+    PatchedSlot is laid out (hook_cpp/common/segment.h, through the consumer module)."""
+    return {"slots_offset": _native.CONTROL_SLOTS_OFFSET,
+            "nslots_offset": _native.CONTROL_NSLOTS_OFFSET,
+            "late_offset": _native.CONTROL_LATE_OFFSET,
+            "nlate_offset": _native.CONTROL_NLATE_OFFSET, "max_slots": _native.MAX_SLOTS,
+            "max_late": _native.MAX_LATE_SLOTS, "slot_bytes": _native.SLOT_BYTES,
+            "slot_fields": dict(_native.SLOT_FIELDS), "slot_patched": _native.SLOT_PATCHED,
+            "mode_off": _native.MODE_OFF}
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    """Load the hook library (unless loaded), start the session, patch the slots."""
+    pid: int
+    lib_base: int          # an earlier session's hook library in the target, or 0: dlopen it
+    library: str           # the library copy, as the target sees its path ("" if loaded)
+    segment: str           # the shared segment, as the target sees its path
+    symbols: dict          # the hook library's exported symbols: name -> offset
+    slots: list            # per slot: [address, entry offset, real function, PLT ranges,
+                           #            hook id, in a RELRO page]
+    dlopen: int            # dlopen and dlerror in the target, and dlopen's mode
+    dlerror: int
+    dlopen_mode: int
+    munmap: int            # to unmap what a failed dlopen left of the library (0: unknown)
+    malloc: int            # the real malloc: dlopen runs on a thread stopped at its entry
+    entry_wait_s: float    # how long to wait for one
+    libc_text: list        # [lo, hi]: a thread stopped here may hold an allocator lock
+    loader_text: list      # [lo, hi]: likewise, the dynamic loader's
+    layout: dict = field(default_factory=control_layout)
+    arch: dict = field(default_factory=arch_layout)
+    action: str = "attach"
+
+
+@dataclass(frozen=True)
+class DetachRequest:
+    """Turn the hooks into pass-throughs and put back every slot that still holds its hook."""
+    pid: int
+    lib_base: int
+    symbols: dict
+    slots: list            # [address, original, hook] as the attach patched them
+    layout: dict = field(default_factory=control_layout)
+    arch: dict = field(default_factory=arch_layout)
+    action: str = "detach"

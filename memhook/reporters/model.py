@@ -1,0 +1,231 @@
+"""The report every format renders: the JSON contract (README, "JSON report"), built from a
+capture and its symbols, with the analyses' findings; and the per-stack difference between two
+captures."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import analysis, hooks
+from ..capture import MEMORY_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture, stack_key
+from ..symbolize import Symbolizer
+
+SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+             "outstanding_bytes")
+# The four sample types of a heap profile, in Go's order (pprof's default, the last, is in-use
+# space): (name, unit, the site's key).
+SAMPLE_TYPES = (("alloc_objects", "count", "alloc_count"), ("alloc_space", "bytes", "alloc_bytes"),
+                ("inuse_objects", "count", "outstanding_count"),
+                ("inuse_space", "bytes", "outstanding_bytes"))
+TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
+              "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
+              "unordered_events", "sample_rate", "sampled_allocations", "reconciled_frees",
+              "uncertain_count", "uncertain_bytes", "dropped_frees_unchecked")
+
+
+@dataclass
+class Filters:
+    min_size: int = 0            # on a site's average allocation size
+    max_size: int | None = None
+    module: str | None = None    # substring of any frame's module path
+    function: str | None = None  # regex searched in any frame's function name
+    top: int | None = None
+    min_age_s: float = 60.0      # leak suspects: a live block this old counts as old
+    suspects: int = 10           # leak suspects listed
+    transient_ns: float = 1e6    # transient allocations: freed within this many ns
+
+    def __post_init__(self):
+        try:
+            self._fn = re.compile(self.function) if self.function else None
+        except re.error as e:
+            raise ValueError(f"invalid --function pattern: {e}") from None
+
+    def keep(self, frames: list) -> bool:
+        if self.module and not any(self.module in (f["module"] or "") for f in frames):
+            return False
+        if self._fn and not any(self._fn.search(f["function"] or "") for f in frames):
+            return False
+        return True
+
+
+class Progress:
+    """A percentage on standard error for long jobs, when it is a terminal."""
+
+    def __init__(self, what: str, total: int, minimum: int = 2000):
+        self.what, self.total, self.n, self.shown = what, total, 0, -1
+        self.on = total >= minimum and sys.stderr.isatty()
+
+    def step(self) -> None:
+        self.n += 1
+        pct = 100 * self.n // max(self.total, 1)
+        if self.on and pct != self.shown:
+            self.shown = pct
+            print(f"\rmemhook: {self.what}: {pct}%", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.on:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+
+
+def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
+    s = cap.sites
+    ids = np.nonzero(s["alloc_count"])[0]
+    ids = ids[ids > 0]
+    avg = s["alloc_bytes"][ids] / np.maximum(s["alloc_count"][ids], 1)
+    keep = avg >= filters.min_size
+    if filters.max_size is not None:
+        keep &= avg <= filters.max_size
+    ids = ids[keep]
+    order = np.lexsort((-s["alloc_bytes"][ids].astype(np.float64),
+                        -s["outstanding_bytes"][ids].astype(np.float64)))
+    return ids[order]
+
+
+def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
+    return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
+
+
+def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) -> dict:
+    """The JSON report: sites sorted by outstanding bytes, largest first."""
+    filters = filters or Filters()
+    candidates = _candidate_stacks(cap, filters)
+    symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
+    sites = []
+    progress = Progress("symbolizing call stacks", len(candidates))
+    for i in candidates:
+        progress.step()
+        frames = site_frames(cap, int(i), symbolizer)
+        if not filters.keep(frames):
+            continue
+        site = {k: int(cap.sites[k][i]) for k in SITE_KEYS + UNCERTAIN_COLUMNS}
+        site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
+        site["frames"] = frames
+        if cap.by_process is not None:
+            bp = cap.by_process
+            site["processes"] = [{"pid": int(pid), "outstanding_bytes": int(b[i]),
+                                  "outstanding_count": int(c[i])}
+                                 for pid, b, c in zip(bp["pid"], bp["outstanding_bytes"],
+                                                      bp["outstanding_count"]) if c[i] or b[i]]
+        sites.append(site)
+        if filters.top and len(sites) >= filters.top:
+            break
+    progress.done()
+    meta = cap.meta
+    # Captures from before the reconciliation checked no dropped free.
+    totals = {"dropped_frees_unchecked": meta.get("totals", {}).get("dropped_frees", 0),
+              **meta.get("totals", {})}
+    report = {
+        "memhook_report": 1, "pid": meta.get("pid"), "command": meta.get("command"),
+        "duration_s": meta.get("duration_s"),
+        "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
+        "sites": sites,
+    }
+    if cap.series and len(cap.series.get("time_s", [])):
+        columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS if k in cap.series]
+        report["timeseries"] = [
+            {k: (float(cap.series[k][j]) if k == "time_s" else int(cap.series[k][j]))
+             for k in columns} for j in range(len(cap.series["time_s"]))]
+        ranked = analysis.suspects(cap, filters.min_age_s)[:filters.suspects]
+        symbolizer.prepare(x for r in ranked for x in cap.frames(r["stack"]))
+        report["leak_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
+                                    **analysis.stack_histograms(cap, r["stack"]),
+                                    "frames": site_frames(cap, r["stack"], symbolizer)}
+                                   for r in ranked]
+    if cap.behaviour is not None:
+        for key, rows in (("transient", analysis.transient(cap, filters.transient_ns)),
+                          ("thread_locality", analysis.thread_locality(cap))):
+            symbolizer.prepare(x for r in rows for x in cap.frames(r["stack"]))
+            report[key] = [{**{k: v for k, v in r.items() if k != "stack"},
+                            "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
+        report["transient_threshold_ns"] = filters.transient_ns
+        report["histograms"] = analysis.histograms(cap)
+    if cap.processes:
+        report["processes"], suspects = process_rows(cap, symbolizer, filters)
+        report["leak_suspects"] = suspects[:filters.suspects]
+    if analysis.process_memory(cap):
+        report["process_memory"] = analysis.process_memory(cap)
+    if symbolizer.problems:
+        report["unsymbolized_modules"] = [{"module": m, "reason": why}
+                                          for m, why in sorted(symbolizer.problems.items())]
+    without = meta.get("unwind", {}).get("without_rows") or []
+    if without:
+        report["modules_without_unwind_rows"] = [{"module": m, "reason": why}
+                                                 for m, why in without]
+    if not cap.complete:
+        report["incomplete"] = True
+    return report
+
+
+def render(cap: Capture, report: dict, symbolizer: Symbolizer, **_) -> str:
+    """The JSON report."""
+    return json.dumps(report, indent=1)
+
+
+def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> tuple[list, list]:
+    """A merged capture's processes, growing ones first: each one's totals, how fast its leak
+    suspects grow at the end of its capture, and its first suspect; and every process's leak
+    suspects in one ranking, each with its PID (frames from the merged view: the same stacks
+    there)."""
+    rows, suspects = [], []
+    for proc, stack_map in zip(cap.processes, cap.by_process["stack_map"]):
+        meta, t = proc.meta, proc.meta.get("totals", {})
+        ranked = analysis.suspects(proc, filters.min_age_s) if proc.series else []
+        ranked = ranked[:filters.suspects]
+        for r in ranked:
+            merged = int(stack_map[r["stack"]])
+            suspects.append({"pid": meta.get("pid"),
+                             **{k: v for k, v in r.items() if k != "stack"},
+                             **analysis.stack_histograms(proc, r["stack"]),
+                             "frames": site_frames(cap, merged, symbolizer)})
+        growing = [r for r in ranked if r["score"] > 0]
+        row = {"pid": meta.get("pid"), "command": meta.get("command"),
+               "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
+               **{k: int(t.get(k, 0)) for k in ("alloc_count", "alloc_bytes",
+                                                 "outstanding_count", "outstanding_bytes",
+                                                 "dropped_events")},
+               "growing": bool(growing),
+               "growth_bytes_per_min": round(sum(r["late_growth_bytes_per_min"]
+                                                 for r in growing), 1)}
+        first = (growing or ranked or [None])[0]
+        if first is not None:
+            merged = int(stack_map[first["stack"]])
+            row["top_suspect"] = {"outstanding_bytes": first["outstanding_bytes"],
+                                  "reasons": first["reasons"],
+                                  "frames": site_frames(cap, merged, symbolizer)}
+        rows.append(row)
+    rows.sort(key=lambda r: (-r["growth_bytes_per_min"], -r["outstanding_bytes"]))
+    suspects.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
+    return rows, suspects
+
+
+def diff(base: dict, other: dict, base_cap: Capture, other_cap: Capture) -> dict:
+    """Per-stack change from `base` to `other` in outstanding bytes and blocks, largest change
+    first; a stack found in one report only counts as zero in the other."""
+    index: dict = {}
+    for which, rep, cap in ((0, base, base_cap), (1, other, other_cap)):
+        ids = {m["path"]: m.get("build_id") for m in cap.modules}
+        for s in rep["sites"]:
+            entry = index.setdefault(stack_key(s["frames"], ids), [None, None])
+            entry[which] = s
+    rows = []
+    for a, b in index.values():
+        before = a["outstanding_bytes"] if a else 0
+        after = b["outstanding_bytes"] if b else 0
+        if before == after:
+            continue
+        rows.append({"outstanding_bytes_before": before, "outstanding_bytes_after": after,
+                     "change_bytes": after - before,
+                     "outstanding_count_change": (b["outstanding_count"] if b else 0)
+                     - (a["outstanding_count"] if a else 0),
+                     "frames": (b or a)["frames"]})
+    rows.sort(key=lambda r: -abs(r["change_bytes"]))
+    return {"memhook_diff": 1, "base": {"pid": base["pid"], "command": base["command"]},
+            "other": {"pid": other["pid"], "command": other["command"]},
+            "change_bytes": other["totals"]["outstanding_bytes"]
+            - base["totals"]["outstanding_bytes"], "sites": rows}
+
+

@@ -1,0 +1,123 @@
+"""The report as text: what `memhook report` and the final report print, and a diff's text."""
+from __future__ import annotations
+
+from ..format import duration_text, frame_text, human_bytes, one_line
+
+
+def process_memory_text(pm: dict) -> str:
+    """The process's memory beside what this session saw allocated: the rest is not a leak
+    finding, it is everything memhook did not see."""
+    return (f"resident {human_bytes(pm['rss_bytes'])}, anonymous {human_bytes(pm['anon_bytes'])};"
+            f" blocks allocated in this session and still live {human_bytes(pm['live_bytes'])};"
+            f" anonymous memory not accounted for by them {human_bytes(max(pm['gap_bytes'], 0))}"
+            " (blocks allocated before attach, the allocator's overhead and the free memory it"
+            " keeps, memory not from malloc)" + (f" — {pm['note']}" if pm.get("note") else ""))
+
+
+def dropped_frees_lines(t: dict) -> list[str]:
+    """What became of the frees the hooks dropped (ring full): none is a leak unsaid."""
+    if not t["dropped_frees"]:
+        return []
+    if t.get("dropped_frees_unchecked"):
+        return [f"  {t['dropped_frees']} of the dropped events were frees, not checked (the "
+                "target had exited, or the capture was cut off): up to that many blocks counted "
+                "as outstanding may have been freed"]
+    line = (f"  {t['dropped_frees']} of the dropped events were frees: the target's address "
+            f"table showed {t['reconciled_frees']} outstanding blocks freed (no longer counted)")
+    if t.get("uncertain_count"):
+        return [line + ";", f"  uncertain: {t['uncertain_count']} outstanding blocks, "
+                f"{human_bytes(t['uncertain_bytes'])}, may have been freed (their table entries "
+                "were reused): marked per stack"]
+    return [line + "; every other outstanding block is live"]
+
+
+def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
+    t = report["totals"]
+    procs = report.get("processes")
+    who = (f"{len(procs)} processes" if procs
+           else f"PID {report['pid']} ({one_line(str(report['command']))})")
+    lines = [
+        f"memhook report: {who}, {report['duration_s']} s traced"
+        + (" [capture cut off]" if report.get("incomplete") else ""),
+        f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "
+        f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
+        f"  outstanding {t['outstanding_count']} blocks, {t['outstanding_bytes']} bytes "
+        f"({human_bytes(t['outstanding_bytes'])})",
+        f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
+        f"dropped events: {t['dropped_events']}",
+    ]
+    lines += dropped_frees_lines(t)
+    if t.get("sample_rate"):
+        lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
+                     f"({t['sampled_allocations']} samples); counts and bytes are estimates")
+    pm = report.get("process_memory")
+    if pm:
+        lines.append("  process: " + process_memory_text(pm))
+    for m in report.get("unsymbolized_modules", []):
+        lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
+    for m in report.get("modules_without_unwind_rows", []):
+        lines.append(f"  no unwind rows: {m['module']}: {m['reason']} (its frames are walked by "
+                     "frame pointer; where it has none, stacks end there: [no unwind info])")
+    if procs:
+        lines.append("Processes (growing first):")
+        for r in procs:
+            first = r.get("top_suspect")
+            where = next((frame_text(f) for f in first["frames"]), "?") if first else ""
+            lines.append(f"  PID {r['pid']} ({one_line(str(r['command']))}): outstanding "
+                         f"{human_bytes(r['outstanding_bytes'])} in {r['outstanding_count']} "
+                         f"blocks; " + (f"growing {human_bytes(r['growth_bytes_per_min'])}/min"
+                                        f", first at {where}" if r["growing"]
+                                        else "not growing")
+                         + (f" [{r['end_reason']}]" if r.get("end_reason") not in
+                            (None, "", "interrupted", "duration reached", "terminated") else ""))
+        lines.append("Merged view (stacks matched by build-id and offset across processes):")
+    if report.get("leak_suspects"):
+        lines.append("Leak suspects (growth at the end of the capture first):")
+        for n, r in enumerate(report["leak_suspects"][:top], 1):
+            where = next((frame_text(f) for f in r["frames"]), "?")
+            lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
+                         + f"{where}: {r['outstanding_bytes']} bytes; " + "; ".join(r["reasons"]))
+    for r in report.get("transient", [])[:3]:
+        where = next((frame_text(f) for f in r["frames"]), "?")
+        lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "
+                     f"freed within {duration_text(report['transient_threshold_ns'])}"
+                     + (f" ({r['unclassified_count']} more freed too quietly to time that "
+                        "finely)" if r.get("unclassified_count") else "")
+                     + f"; {r['temporary_share']:.0%} before the next allocation, "
+                     f"{r['same_call_share']:.0%} by the call that allocated them")
+    for r in report.get("thread_locality", [])[:3]:
+        where = next((frame_text(f) for f in r["frames"]), "?")
+        lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
+                     f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
+    leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
+    lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
+                 else "No outstanding allocations.")
+    for n, s in enumerate(leaking, 1):
+        lines.append(f"#{n} {s['outstanding_bytes']} bytes in {s['outstanding_count']} blocks "
+                     f"({s['alloc_count']} allocated, {s['free_count']} freed) "
+                     f"[{', '.join(s['operations'])}]"
+                     + (f"; uncertain: {s['uncertain_bytes']} bytes in {s['uncertain_count']} "
+                        "blocks may have been freed" if s.get("uncertain_count") else ""))
+        if s.get("processes"):
+            lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
+                                                 for p in s["processes"]))
+        for f in s["frames"][:frames]:
+            lines.append(f"      {frame_text(f)}")
+        if len(s["frames"]) > frames:
+            lines.append(f"      ... {len(s['frames']) - frames} more frames")
+    return "\n".join(lines)
+
+
+def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
+    lines = [f"memhook diff: PID {d['base']['pid']} -> PID {d['other']['pid']}: outstanding "
+             f"{d['change_bytes']:+d} bytes"]
+    for n, r in enumerate(d["sites"][:top], 1):
+        lines.append(f"#{n} {r['change_bytes']:+d} bytes ({r['outstanding_bytes_before']} -> "
+                     f"{r['outstanding_bytes_after']}), {r['outstanding_count_change']:+d} blocks")
+        for f in r["frames"][:frames]:
+            lines.append(f"      {frame_text(f)}")
+    return "\n".join(lines)
+
+
+def render(cap, report: dict, symbolizer, top: int | None = None, **_) -> str:
+    return render_text(report, top=top or 10)

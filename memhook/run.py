@@ -1,0 +1,276 @@
+"""The one run driver: `memhook -p PID`, `-p A,B,C` and `--pid-of NAME` alike. One process is a
+run of one. Each process is its own session (its own segment, its own way in), attached one
+after another so that no two are paused together, and followed side by side by one loop; one
+that exits, execs or refuses attach ends alone, the others go on. With --pid-of, processes of
+that name that start while the run lasts are attached as they appear (/proc read every
+SCAN_S). One capture holds them all; ending, the final report and the pushes have one path."""
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from . import capture, elf, procfs, reporters
+from .reporters import model
+from .format import one_line
+from .live_view import LiveView
+from .procfs import TargetError
+from .session import Session
+from .symbolize import Symbolizer
+
+SCAN_S = 1.0    # --pid-of: how often /proc is read for new processes of that name
+RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
+STEP_S = 0.05   # the loop's period: how soon a process's end or a Ctrl-C is seen
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+class Follower:
+    """Follows one attached session: samples, records and (unless told not to) shows it every
+    interval, and tells when its process ended."""
+
+    def __init__(self, session, recorder, a, view_label: str = "", symbols: dict | None = None):
+        self.session, self.recorder, self.a = session, recorder, a
+        self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
+        self.view = LiveView(session, a.top, sys.stdout.isatty() and not view_label, view_label)
+        self.t0 = time.monotonic()
+        self.next_tick = self.t0 + a.interval
+        self.first_checkpoint = self.t0 + min(1.0, a.interval)  # a capture cut off early
+        self.next_rescan = self.t0 + RESCAN_S                    # still holds something
+
+    def step(self, now: float) -> str:
+        """One look: '' while the process runs on, else why its session ends."""
+        session, recorder = self.session, self.recorder
+        alive = session.target_alive()
+        rescan = now >= self.next_rescan
+        if rescan:
+            self.next_rescan = now + RESCAN_S
+        if alive and session.poll_loads(rescan):
+            self.symbolizer.set_modules(session.modules.values())
+        if not alive:
+            return "target exited"
+        if now >= self.next_tick and session.target_execed():
+            return "target exec'd another program"
+        if self.first_checkpoint and now >= self.first_checkpoint:
+            self.first_checkpoint = 0
+            recorder.checkpoint()
+        if now >= self.next_tick:
+            self.next_tick = now + self.a.interval
+            known = len(session.modules)
+            if session.target_alive():
+                session.modules = elf.modules(session.pid, session.modules)
+            if len(session.modules) != known:
+                self.symbolizer.set_modules(session.modules.values())
+            recorder.tick()
+            if not self.a.no_live:
+                self.view.show(self.symbolizer)
+        return ""
+
+
+@dataclass
+class Member:
+    session: Session
+    recorder: capture.Recorder
+    follower: Follower
+    cap: capture.Capture | None = None
+
+
+def attach_or_explain(session, way_in=None) -> dict:
+    """session.attach(), but a target that died meanwhile is said to have exited, whatever
+    the way in or /proc made of it (a zombie refuses ptrace: not a permissions problem)."""
+    try:
+        return session.attach(way_in)
+    except (TargetError, OSError):
+        if session.info is not None and not procfs.alive(session.info):
+            raise TargetError(f"PID {session.pid} exited while memhook was attaching: "
+                              "nothing to trace") from None
+        raise
+
+
+def say_attached(session, result: dict) -> None:
+    late = result.get("late", 0)
+    print(f"memhook: attached to PID {session.pid} ({one_line(session.info.command)}): "
+          f"{len(session.patched)} slots patched"
+          + (f", {late} in libraries loaded meanwhile" if late else "")
+          + (f", {len(session.skipped)} left alone" if session.skipped else "")
+          + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for path, why in session.skipped_objects:
+        if why != "the dynamic loader":
+            print(f"memhook: not hooking {path}: {why}", file=sys.stderr)
+    for slot, value in session.skipped:
+        held = "is unreadable" if value is None else f"holds 0x{value:x}"
+        print(f"memhook: left alone: the {slot.symbol} slot at 0x{slot.addr:x} in {slot.module} "
+              f"{held}, not {slot.symbol} itself", file=sys.stderr)
+
+
+class Run:
+    """The processes of one run. `several`: a run of -p A,B,C or --pid-of, whose lines name each
+    process and whose capture holds a PROC block per process; a run of one process says less
+    and fails as a whole when its one attach fails."""
+
+    def __init__(self, a, opts, pushers: list, stop: dict):
+        self.a, self.opts, self.pushers, self.stop = a, opts, pushers, stop
+        self.several = bool(a.pid_of) or len(a.pid) > 1
+        # Opened before attaching: an unwritable -o fails while every target is untouched.
+        self.writer = None
+        if a.output:
+            self.writer = capture.SharedWriter(a.output) if self.several else \
+                capture.Writer(a.output)
+        self.members: list[Member] = []
+        self.tried: set = set()  # (pid, start time): a PID reused later is another process
+        self.symbols: dict = {}  # the live views' per-file symbols, loaded once for all
+        self.refused = 0
+
+    @property
+    def active(self) -> list[Member]:
+        return [m for m in self.members if m.cap is None]
+
+    def attach(self, pid: int) -> None:
+        try:
+            self.tried.add((pid, procfs.start_ticks(pid)))
+        except (OSError, ValueError, IndexError):
+            pass
+        session = Session(pid, self.opts)
+        writer = self.writer
+        if self.several and writer:
+            writer = writer.process(len(self.members) + self.refused)
+        recorder = capture.Recorder(session, snapshot_every=self.a.snapshot_interval,
+                                    record_events=self.a.record_events, writer=writer)
+        try:
+            result = attach_or_explain(session)
+        except Exception as e:  # noqa: BLE001 (one process's failure is never the others')
+            if not self.several:
+                raise
+            self.refused += 1
+            reason = str(e) if isinstance(e, (TargetError, OSError)) else \
+                f"{type(e).__name__}: {e}"
+            print(f"memhook: not tracing PID {pid}: {reason}", file=sys.stderr, flush=True)
+            return
+        say_attached(session, result)
+        recorder.start()
+        label = f"PID {pid}: " if self.several else ""
+        self.members.append(Member(session, recorder, Follower(
+            session, recorder, self.a, view_label=label, symbols=self.symbols)))
+        for p in self.pushers:
+            p.add(session)
+
+    def discover(self, name: str) -> None:
+        for pid in procfs.pids_named(name):
+            try:
+                key = (pid, procfs.start_ticks(pid))
+            except (OSError, ValueError, IndexError):
+                continue
+            if key not in self.tried:
+                self.attach(pid)
+
+    def end(self, m: Member, reason: str) -> None:
+        s = m.session
+        s.detach(reason)
+        who = f" from PID {s.pid}" if self.several else ""
+        print(f"memhook: detached{who} ({reason}): {s.restored} slots restored"
+              + (f"; target paused {s.pause_ms['detach']:.1f} ms" if "detach" in s.pause_ms
+                 else ""), flush=True)
+        if s.detach_error and self.several:  # (a run of one says it after its report)
+            print(f"memhook: could not restore the slots of PID {s.pid} ({s.detach_error}); it "
+                  "keeps running with memhook's hooks in place", file=sys.stderr, flush=True)
+        for p in self.pushers:
+            p.retire(s)
+        m.cap = m.recorder.finish()
+
+    def follow(self) -> None:
+        """Until Ctrl-C, --duration, or every process named by -p ended: one loop steps every
+        session, and attaches new ones under --pid-of."""
+        a, stop = self.a, self.stop
+        t0 = time.monotonic()  # --duration counts from the first processes' attach
+        next_scan = t0
+        waiting_said = False
+        while not stop["reason"]:
+            time.sleep(STEP_S)
+            now = time.monotonic()
+            if a.pid_of and now >= next_scan:
+                self.discover(a.pid_of)
+                next_scan = now + SCAN_S
+                if not self.members and not waiting_said:
+                    waiting_said = True
+                    print(f"memhook: no process named {a.pid_of} yet; waiting for one "
+                          "(Ctrl-C stops)", file=sys.stderr, flush=True)
+            if a.duration and now - t0 >= a.duration:
+                stop["reason"] = "duration reached"
+                break
+            for m in self.active:
+                if stop["reason"]:  # (a signal sets it at any moment: never overwritten)
+                    break
+                why = m.follower.step(now)
+                if why and not self.several:
+                    stop["reason"] = stop["reason"] or why
+                elif why:
+                    self.end(m, why)
+            if a.pid and not self.active and not stop["reason"]:
+                stop["reason"] = "every target ended"
+
+    def finish(self) -> None:
+        """Whatever happened, every process still traced gets its slots back."""
+        self.stop["reason"] = self.stop["reason"] or "error"
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # detaching must not be cut short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        error = None
+        for m in self.active:
+            try:
+                self.end(m, self.stop["reason"])
+            except Exception as e:  # noqa: BLE001 (the others still need their detach)
+                if not self.several:
+                    error = e  # a run of one fails with it, after the pushes stop
+                else:
+                    print(f"memhook: PID {m.session.pid}: {e}", file=sys.stderr, flush=True)
+        for p in self.pushers:
+            p.stop()
+        if self.writer and self.several:
+            self.writer.close()  # (a run of one's recorder closed it)
+        if error is not None:
+            raise error
+
+
+def say_pushes(pusher) -> None:
+    print(f"memhook: {pusher.sent} profiles sent to {pusher.endpoint}"
+          + (f"; {pusher.failed} pushes failed ({pusher.last_error})" if pusher.failed else "")
+          + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""), flush=True)
+
+
+def final_report(cap, a, symbols: dict | None = None) -> str:
+    """The report at the end of a run, in --format."""
+    symbolizer = Symbolizer(cap.modules, cache=symbols)
+    rep = model.build(cap, symbolizer)
+    return reporters.render(a.format, cap, rep, symbolizer, top=a.top)
+
+
+def run(a, opts, stop: dict, pushers: list) -> int:
+    """Attach to every process asked for, follow them until the run ends, detach, report."""
+    r = Run(a, opts, pushers, stop)
+    for p in pushers:
+        p.start()
+    try:
+        for pid in a.pid or []:
+            if not stop["reason"]:
+                r.attach(pid)
+        if a.pid and not r.members:
+            raise TargetError("no process could be traced")
+        r.follow()
+    finally:
+        r.finish()
+    for p in pushers:
+        say_pushes(p)
+    caps = [m.cap for m in r.members if m.cap is not None]
+    if not caps:
+        raise TargetError(f"no process named {a.pid_of} was traced" if a.pid_of
+                          else "no process could be traced")
+    if a.output:
+        what = f"capture of {len(caps)} processes" if r.several else "capture"
+        print(f"memhook: {what} written to {a.output} ({r.writer.bytes} bytes)", flush=True)
+    cap = capture.merge(caps) if len(caps) > 1 else caps[0]
+    print(final_report(cap, a, r.symbols), flush=True)
+    failed = [m.session for m in r.members if m.session.detach_error]
+    if failed and not r.several:
+        s = failed[0]
+        print(f"memhook: could not restore the slots ({s.detach_error}); the target "
+              "keeps running with memhook's hooks in place", file=sys.stderr)
+    return EXIT_FAILED if failed or (a.pid and r.refused) else EXIT_OK
