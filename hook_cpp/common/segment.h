@@ -182,7 +182,7 @@ inline TableIndex table_index(uint64_t p) {
 // each entry's walk read, so that an allocation from the same stack is recognised without
 // walking. Key: the caller's rbp, the return address (ret0 0: an empty entry) and the stack
 // pointer at the call (where the return address is): the walk's registers. A walk is a function
-// of those and of the words it reads, whichever row read them (target/unwinder.h): the same key
+// of those and of the words it reads, whichever row read them (hook_library/unwinder.h): the same key
 // and the same words now mean the same walk, and those loads do not depend on one another.
 // Where no frame used the caller's rbp (code without frame pointers, where rbp holds data),
 // `frame_used` is 0 and same_stack() lets rbp differ; the malloc hook's own comparison, which

@@ -1,5 +1,5 @@
 // Unwind rows: what memhook reduces each object's DWARF call-frame information to, so that the
-// hooks can walk code built without frame pointers (target/unwinder.h). Built by memhook from
+// hooks can walk code built without frame pointers (hook_library/unwinder.h). Built by memhook from
 // .eh_frame / .debug_frame (unwind/cfi_rows.cpp), cached on disk by build-id, and carried into
 // the target in the shared segment (UnwindArea below).
 //

@@ -2,8 +2,7 @@
 #pragma once
 #include <stdint.h>
 #include <time.h>
-#include <x86intrin.h>
-
+#include "arch.h"
 #include "segment.h"
 
 namespace memhook {
@@ -15,12 +14,7 @@ inline uint64_t monotonic_ns() {
 }
 
 inline uint64_t read_clock(uint32_t clock) {
-  if (clock != kClockTsc) return monotonic_ns();
-  unsigned aux;
-  _mm_lfence();
-  uint64_t t = __rdtscp(&aux);
-  _mm_lfence();
-  return t;
+  return clock == kClockTsc ? arch::cycles_ordered() : monotonic_ns();
 }
 
 }  // namespace memhook

@@ -4,6 +4,8 @@
 // known shape, as their CFI is an expression.
 #include "cfi_rows.h"
 
+#include "arch.h"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <errno.h>
@@ -18,7 +20,8 @@
 namespace memhook {
 namespace {
 
-constexpr int kRegRbp = 6, kRegRsp = 7, kRegRa = 16;
+constexpr int kRegRbp = arch::kDwarfFramePointer, kRegRsp = arch::kDwarfStackPointer,
+              kRegRa = arch::kDwarfReturnAddress;
 
 struct Span {
   uint64_t start, end;

@@ -10,7 +10,6 @@
 // One translation unit, one job per header, in the order a malloc meets them (dependencies
 // first): the hot path's pieces inline into one another and the compiler sees every caller of
 // the slow paths, as it would in one file.
-#include <cpuid.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -29,8 +28,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <x86intrin.h>
 
+#include "arch.h"
 #include "routing.h"
 #include "segment.h"
 #include "unwind_rows.h"
@@ -49,5 +48,5 @@ using namespace memhook;
 #include "records.h"          // the records' words
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
-                              // (memhook_hook_malloc: malloc_entry.S)
+                              // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
 #include "lifecycle.h"        // memhook_start, abandon, fork

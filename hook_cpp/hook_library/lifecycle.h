@@ -83,14 +83,8 @@ void* settle_segment(void* fresh, size_t bytes, int fd, bool was_active) {
 // Map the segment and arm the hooks. Runs on one target thread with GDB holding the process;
 // allocates nothing itself. Returns 0, or a negative code naming what failed.
 extern "C" __attribute__((visibility("default"))) int memhook_start(const char* shm_path) {
-  unsigned eax, ebx, ecx, edx;  // memhook_hook_malloc uses ptest
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return -5;
-  // The comparison's AVX-512 sequence (vpternlogq) needs AVX-512VL and the kernel keeping its
-  // state.
-  unsigned xcr0 = 0, xcr0_hi;
-  if (ecx & bit_OSXSAVE) asm("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
-  const bool avx512 = (xcr0 & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
-                      (ebx & bit_AVX512F) && (ebx & bit_AVX512VL);
+  bool avx512 = false;
+  if (!arch::cpu_supported(&avx512)) return -5;
   int fd = open(shm_path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st;

@@ -121,8 +121,9 @@ struct WalkWords {
   static constexpr uint64_t kUnused = 1;
 };
 
-// ucontext_t: the interrupted rbp, rsp and rip in uc_mcontext.gregs (REG_RBP, REG_RSP, REG_RIP).
-constexpr uint64_t kUcRbp = 40 + 8 * 10, kUcRsp = 40 + 8 * 15, kUcRip = 40 + 8 * 16;
+// ucontext_t's registers: arch.h.
+constexpr uint64_t kUcRbp = arch::kUcFramePointer, kUcRsp = arch::kUcStackPointer,
+                   kUcRip = arch::kUcProgramCounter;
 
 // Walks from a call site: `ret0` its return address, `sp` the stack pointer once it returned,
 // `bp` rbp at the call. Writes frames (ret0 first) to [o, end); returns the end of what it

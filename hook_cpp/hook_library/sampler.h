@@ -30,7 +30,7 @@ double log_unit(double x) {
 __attribute__((noinline)) int64_t next_sample_interval(ThreadState& t) {
   if (t.sample_generation != g_session.generation) {
     t.sample_generation = g_session.generation;
-    t.rng = (uint64_t)syscall(SYS_gettid) * 0x9E3779B97F4A7C15ull ^ __rdtsc();
+    t.rng = (uint64_t)syscall(SYS_gettid) * 0x9E3779B97F4A7C15ull ^ arch::cycles();
   }
   uint64_t x = t.rng ? t.rng : 0x2545F4914F6CDD1Dull;
   x ^= x >> 12;
@@ -58,11 +58,7 @@ __attribute__((noinline)) bool chosen_slow(ThreadState& t, uint64_t size) {
 // Sampling's common case: subtract `size` from the countdown; true while bytes remain. One
 // read-modify-write instruction whose flags answer (a signed "greater": the same as the
 // subtraction's result > 0 for any countdown and size below 2^62).
-inline bool count_down(ThreadState& t, uint64_t size) {
-  bool left;
-  asm("subq %2, %0" : "+m"(t.sample_left), "=@ccg"(left) : "er"(size) : "cc");
-  return left;
-}
+inline bool count_down(ThreadState& t, uint64_t size) { return arch::count_down(t.sample_left, size); }
 
 // The same decision for reallocs, countdown included.
 inline bool chosen(ThreadState& t, uint64_t size) {

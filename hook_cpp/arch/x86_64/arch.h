@@ -1,0 +1,57 @@
+// What the C++ code needs of an x86-64 processor, in one place (the seam: another processor is a
+// folder beside this one with the same names). The hand-written malloc entry (malloc_entry.S)
+// and the offsets it reads (asm_offsets.cpp) are this folder's too.
+#pragma once
+#include <cpuid.h>
+#include <stdint.h>
+#include <x86intrin.h>
+
+namespace memhook {
+namespace arch {
+
+// The cycle counter the hooks stamp clock records with (an invariant TSC: memhook checks
+// constant_tsc and nonstop_tsc before choosing it).
+inline uint64_t cycles() { return __rdtsc(); }
+
+// The same counter read where no earlier or later instruction may pass it (the consumer's
+// anchors, which must not be read ahead of the write cursor they date).
+inline uint64_t cycles_ordered() {
+  unsigned aux;
+  _mm_lfence();
+  uint64_t t = __rdtscp(&aux);
+  _mm_lfence();
+  return t;
+}
+
+// Sampling's countdown: subtract `size` from `left`; true while bytes remain. One
+// read-modify-write instruction whose flags answer (a signed "greater": the same as the
+// subtraction's result > 0 for any countdown and size below 2^62).
+inline bool count_down(int64_t& left, uint64_t size) {
+  bool more;
+  asm("subq %2, %0" : "+m"(left), "=@ccg"(more) : "er"(size) : "cc");
+  return more;
+}
+
+// What the hand-written entry needs (it compares with ptest, SSE4.1), and whether the
+// comparison's AVX-512 sequence (vpternlogq: AVX-512F and VL, the kernel keeping their state)
+// may run. False: the hooks cannot run on this processor.
+inline bool cpu_supported(bool* avx512) {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_SSE4_1)) return false;
+  unsigned xcr0 = 0, xcr0_hi;
+  if (ecx & bit_OSXSAVE) asm("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+  *avx512 = (xcr0 & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+            (ebx & bit_AVX512F) && (ebx & bit_AVX512VL);
+  return true;
+}
+
+// ucontext_t (a signal frame): the interrupted frame pointer, stack pointer and program counter
+// in uc_mcontext.gregs (REG_RBP, REG_RSP, REG_RIP).
+constexpr uint64_t kUcFramePointer = 40 + 8 * 10, kUcStackPointer = 40 + 8 * 15,
+                   kUcProgramCounter = 40 + 8 * 16;
+
+// DWARF register numbers (the psABI's): rbp, rsp, and the return address column.
+constexpr int kDwarfFramePointer = 6, kDwarfStackPointer = 7, kDwarfReturnAddress = 16;
+
+}  // namespace arch
+}  // namespace memhook
