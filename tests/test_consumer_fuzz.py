@@ -29,8 +29,7 @@ MALLOC, FREE_OP = hooks.BY_SYMBOL["malloc"].id, hooks.BY_SYMBOL["free"].id
 LAYOUT = _native.segment_layout(NRINGS, RING_BYTES, DEPTH)
 
 
-def header(kind, op=0, nframes=0, aux=0):
-    return kind | op << 8 | nframes << 16 | aux << 24
+header = _native.record_header  # as the hooks encode it (common/record_format.h)
 
 
 class Segment:

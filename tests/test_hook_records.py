@@ -1,6 +1,6 @@
 """The hook library's records, byte for byte: a harness loads it in-process (no GDB, no root),
 calls memhook_hook_malloc and memhook_hook_free directly, and the records in the ring are read
-back by segment.h's grammar, under the SSE4.1 comparison and, where the CPU has it, AVX-512."""
+back by the consumer's decoder (common/record_format.h), under the SSE4.1 comparison and, where the CPU has it, AVX-512."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,7 @@ from memhook import _native, elf, hooks
 pytestmark = pytest.mark.unprivileged
 
 COMMON = Path(__file__).parent.parent / "hook_cpp" / "common"
-KIND = {0: "padding", 1: "alloc", 2: "free", 3: "realloc", 4: "nop", 5: "time", 6: "thread"}
+KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
 PTR_MASK = (1 << 47) - 1
 SIZE_MASK = (1 << 56) - 1
 RING_BYTES, DEPTH = 1 << 16, 32
@@ -29,16 +29,11 @@ def cpu_has(flag: str) -> bool:
 
 
 def records(data: bytes, end: int):
-    """(cursor, kind, op, header aux, words after the header) for each record in [0, end)."""
-    at = 0
-    while at < end:
-        hdr, = struct.unpack_from("<Q", data, at)
-        kind, op, nframes, aux = hdr & 0xFF, hdr >> 8 & 0xFF, hdr >> 16 & 0xFF, hdr >> 24
-        assert kind in KIND, f"record at {at}: no such kind ({hdr:#x})"
-        n = {1: 2 + nframes, 2: 1, 3: 4 + nframes, 5: 1}.get(kind, 0)
-        words = struct.unpack_from(f"<{n}Q", data, at + 8)
-        yield at, KIND[kind], op, aux, hdr, list(words)
-        at += 8 * (1 + n)
+    """(cursor, kind, op, header aux, header, words after the header) for each record in
+    [0, end), decoded by the consumer's own decoder (common/record_format.h)."""
+    for cursor, kind, op, _, aux, hdr, words in _native.decode_records(data, 0, end):
+        assert kind is not None, f"record at {cursor}: malformed ({hdr:#x})"
+        yield cursor, KIND[kind], op, aux, hdr, list(words)
 
 
 @pytest.fixture(params=["sse", "avx512"])
@@ -68,7 +63,7 @@ def ring(request, tmp_path):
     header = layout["rings_offset"]
     write, = struct.unpack_from("<Q", data, header + 8)  # RingHeader.write
     body = data[header + layout["ring_header_bytes"]:header + layout["ring_stride"]]
-    return list(records(body, write)), said
+    return list(records(body[:RING_BYTES], write)), said
 
 
 def test_malloc_and_free_records(ring):

@@ -16,12 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "record_format.h"
+
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
 constexpr uint32_t kVersion = 11;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
-constexpr int kMaxDepth = 128;
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
 constexpr int kMaxSlots = 8192;
@@ -107,51 +108,6 @@ struct alignas(64) RingHeader {
   alignas(64) uint64_t read;  // total bytes consumed (monotonic)
   uint8_t pad2[56];
 };
-
-// Records are sequences of 8-byte words, the first a header:
-//   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
-// kAlloc   hdr(aux=dep) ptr+depth size+recent frames...     (depth of the allocating function)
-// kRealloc hdr(aux=dep of ptr) ptr+depth size+recent old dep_of_old frames...
-// kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
-// kNop     hdr          (a realloc that failed)
-// kTime    hdr ts       (clock reading; events after it happened no earlier)
-// kThread  hdr(aux=tid) (the ring's writer from here on)
-// kPadding hdr          (skip to the ring's start)
-// ptr+depth: the pointer in the low kPtrBits bits; above them, how far the frame lies below the
-// top of the thread's stack in 16-byte units (0: unknown). Comparing depths tells whether a
-// block was freed while the call that allocated it was still active. An allocation that repeats
-// a recent stack (below) sends no depth bits: it has the depth of the record that filled the entry.
-//
-// size+recent: the size in the low kRecentShift bits; above them, 1 + the ring's recent stack the
-// frames are kept in (0: none). A kAlloc or kRealloc with frames and such a number fills that entry;
-// one with no frames (a walk always yields the call site) repeats the stack the entry holds: the
-// writer keeps the same stacks (RecentStack) and sends a stack only when it differs from the
-// slot's.
-//
-// frames: return addresses, the call site first. A walk cut short ends with a marker no return
-// address can be: kFrameNoUnwindInfo (code without unwind rows, where a frame-pointer step
-// failed too, or CFI no row can express) or kFrameUnwindStopped (a row that led off the stack).
-//
-// A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
-// cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
-// of that ring is past its start.
-constexpr uint64_t event_name(uint64_t ring_no, uint64_t start) {
-  return ring_no << 32 | uint32_t(start >> 3);
-}
-enum EventKind : uint8_t {
-  kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
-};
-constexpr int kDepShift = 24;  // where the aux field starts in a header
-constexpr int kPtrBits = 47;   // user-space pointers
-constexpr int kRecentShift = 56;
-constexpr uint64_t kSizeMask = (uint64_t(1) << kRecentShift) - 1;
-constexpr uint32_t kRecentStacks = 32;  // per ring; a power of two
-constexpr uint64_t kFrameNoUnwindInfo = 1, kFrameUnwindStopped = 2;
-constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
-
-constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
-  return uint64_t(kind) | uint64_t(op) << 8 | nframes << 16 | aux << kDepShift;
-}
 
 // Address table entry: dependency (40 bits) << kDepShift | live << 21 | tag (the pointer's bits
 // above the index, 21 for a user-space pointer). The dependency sits where a header's does, so

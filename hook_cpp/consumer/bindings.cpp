@@ -287,6 +287,48 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
       "Where a segment's parts lie (segment.h), for tests that read or forge its bytes.");
+  m.def(
+      "decode_records",
+      [](py::bytes ring, uint64_t start, uint64_t end) {
+        // A ring's bytes as the consumer reads them (record_format.h): for each record from
+        // cursor `start` to `end`, (cursor, kind, op, nframes, aux, header, words after the
+        // header); padding moves on to the ring's start; a malformed record ends the list with
+        // (cursor, None, ...).
+        const std::string data = ring;
+        const uint64_t cap = data.size();
+        if (cap < 8 || (cap & (cap - 1))) throw std::invalid_argument("a ring is a power of two");
+        if (end - start > cap) throw std::invalid_argument("more than a ring between the cursors");
+        py::list out;
+        for (uint64_t rd = start; rd != end;) {
+          RecordAt r;
+          const Next next = next_record((const uint8_t*)data.data(), cap, rd, end - rd, &r);
+          if (next == Next::kMalformed) {
+            out.append(py::make_tuple(rd, py::none(), r.h.op, r.h.nframes, r.h.aux, r.at[0],
+                                      py::list()));
+            break;
+          }
+          if (next == Next::kRecord) {
+            py::list words;
+            for (uint64_t i = 1; i < r.bytes / 8; i++) words.append(r.at[i]);
+            out.append(py::make_tuple(rd, r.h.kind, r.h.op, r.h.nframes, r.h.aux, r.at[0], words));
+          }
+          rd += r.bytes;
+        }
+        return out;
+      },
+      py::arg("ring"), py::arg("start"), py::arg("end"),
+      "The records of a ring's bytes, decoded as the consumer decodes them.");
+  m.def(
+      "record_header",
+      [](uint8_t kind, int op, uint64_t nframes, uint64_t aux) {
+        return header(EventKind(kind), op, nframes, aux);
+      },
+      py::arg("kind"), py::arg("op") = 0, py::arg("nframes") = 0, py::arg("aux") = 0,
+      "A record's header word, as the hooks write it (record_format.h).");
+  m.attr("RECORD_KINDS") = py::dict(py::arg("padding") = int(kPadding), py::arg("alloc") = int(kAlloc),
+                                    py::arg("free") = int(kFree), py::arg("realloc") = int(kRealloc),
+                                    py::arg("nop") = int(kNop), py::arg("time") = int(kTime),
+                                    py::arg("thread") = int(kThread));
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;

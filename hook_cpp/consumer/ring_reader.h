@@ -148,12 +148,6 @@ class RingReader {
     return false;
   }
 
-  // A record's length in words, from its header (segment.h's grammar).
-  static size_t record_words(uint8_t kind, uint32_t nf) {
-    return kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
-         : kind == kFree || kind == kTime ? 2 : 1;
-  }
-
   // An anchor: every event before cursor `w` happened no later than `t`, every event after it
   // no earlier (a clock record the writer wrote at w; or w as a drain found the write cursor,
   // and the consumer's clock read just after).
@@ -170,19 +164,11 @@ class RingReader {
     const uint64_t from = rd;
     anchors_.clear();
     while (rd != w && w - rd <= cap) {
-      const uint64_t pos = rd & (cap - 1);
-      const uint64_t* at = (const uint64_t*)(data + pos);
-      const uint64_t hdr = at[0];
-      const uint8_t kind = hdr & 0xff;
-      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth);
-      if (kind == kPadding) {
-        rd += cap - pos;
-        continue;
-      }
-      const size_t words = record_words(kind, nf);
-      if (kind > kThread || pos + 8 * words > cap || 8 * words > w - rd) break;
-      if (kind == kTime) anchors_.push_back({rd, at[1]});
-      rd += 8 * words;
+      RecordAt r;
+      const Next next = next_record(data, cap, rd, w - rd, &r);
+      if (next == Next::kMalformed) break;
+      if (next == Next::kRecord && r.h.kind == kTime) anchors_.push_back({rd, r.at[1]});
+      rd += r.bytes;
     }
     if (rs.snap_t && rs.snap_w - from - 1 < w - from - 1) {  // strictly between: in cursor order
       const Anchor snap{rs.snap_w, rs.snap_t};
@@ -271,21 +257,21 @@ class RingReader {
     rs.read = rd;
     // Distances, not comparisons of cursors: a forged cursor near 2^64 would wrap past `limit`.
     while (rd != limit && limit - rd <= cap) {
-      const uint64_t pos = rd & (cap - 1);
-      const uint64_t* at = (const uint64_t*)(data + pos);
-      const uint64_t hdr = at[0];
-      const uint8_t kind = hdr & 0xff, op = (hdr >> 8) & 0xff;
-      const uint32_t nf = std::min<uint32_t>((hdr >> 16) & 0xff, kMaxDepth);
-      const uint64_t aux = hdr >> kDepShift;
-      if (kind == kPadding) {
-        rd += cap - pos;
+      RecordAt rec;
+      const Next next = next_record(data, cap, rd, w - rd, &rec);
+      if (next == Next::kPadding) {
+        rd += rec.bytes;
         continue;
       }
-      const size_t words = record_words(kind, nf);
-      if (kind > kThread || pos + 8 * words > cap || 8 * words > w - rd) {
+      if (next == Next::kMalformed) {
         rd = w;  // malformed: skip what is there
         break;
       }
+      const uint64_t* const at = rec.at;
+      const uint8_t kind = rec.h.kind, op = rec.h.op;
+      const uint32_t nf = rec.h.nframes;
+      const uint64_t aux = rec.h.aux;
+      const size_t words = rec.bytes / 8;
       if (8 * words > limit - rd) break;  // ends in the line being written: next time
       const uint64_t dep_old = kind == kRealloc ? at[4] : 0;
       if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
