@@ -6,8 +6,7 @@
 // until that ring has applied it, and its ring waits with it. Dependencies follow the allocator's
 // own happens-before order, so they never form a cycle; one whose event will never come (its
 // writer died inside a hook) is given up after kStuckNs, and the final drain after detach gives
-// up whatever is left. Time: each ring's latest clock record, never earlier than the previous
-// drain (an event seen now was published after the last look), monotonic in apply order.
+// up whatever is left. When each event happened: event_times.h.
 //
 // Ring contents are hostile (the target's user can write them): nothing is read outside a
 // ring, and a malformed record ends what is read of the ring this time.
@@ -19,6 +18,7 @@
 
 #include "aggregates.h"
 #include "clock.h"
+#include "event_times.h"
 #include "segment.h"
 #include "stack_table.h"
 
@@ -70,24 +70,11 @@ class RingReader {
 
  private:
   static constexpr uint64_t kStuckNs = 2000000000;
-  static constexpr uint64_t kPaceBytes = 1024;  // windows shorter than this set no pace
-  static constexpr uint32_t kPaces = 32;        // recent windows' paces kept per ring
-  static constexpr uint32_t kMinPaces = 8;      // fewer: no pace known, every window uncertain
 
   struct RingState {
     uint64_t read = 0;     // cursor past the last event applied
     uint64_t seen_write = 0;  // the writer's cursor at the previous look
-    // Time: the latest anchor at or before `read` (a clock record, or the writer's cursor as a
-    // drain found it, with the consumer's clock right after), and the writer's busy pace
-    // (bytes per tick: the fastest of its recent windows of 1 KiB or more, once there are a
-    // few; a slower one would take a window the thread partly slept through for a busy one),
-    // which tells how much of a window it may have been idle.
-    uint64_t anchor_w = 0, anchor_t = 0;
-    uint64_t snap_w = 0, snap_t = 0;  // the previous drain's look at the write cursor, if ahead
-    bool anchored = false;
-    double peak_rate = 0;
-    float paces[kPaces] = {};
-    uint32_t npaces = 0;
+    RingClock clock;       // when its events happened (event_times.h)
     uint32_t tid = 0;      // its writer (kThread records)
     bool blocked = false;  // its next event waits for another ring
     bool force = false;    // apply the next event without waiting
@@ -148,80 +135,6 @@ class RingReader {
     return false;
   }
 
-  // An anchor: every event before cursor `w` happened no later than `t`, every event after it
-  // no earlier (a clock record the writer wrote at w; or w as a drain found the write cursor,
-  // and the consumer's clock read just after).
-  struct Anchor {
-    uint64_t w, t;
-  };
-
-  // The clock records in what the writer published from `rd` to `w`, in order, then (w, now):
-  // the anchors the events between them are timed by. Headers only; what apply_ring() finds
-  // malformed it skips, so this one stops there too.
-  void find_anchors(const RingState& rs, const uint8_t* data, uint64_t rd, uint64_t w,
-                    uint64_t now) {
-    const uint64_t cap = ctl_->ring_bytes;
-    const uint64_t from = rd;
-    anchors_.clear();
-    while (rd != w && w - rd <= cap) {
-      RecordAt r;
-      const Next next = next_record(data, cap, rd, w - rd, &r);
-      if (next == Next::kMalformed) break;
-      if (next == Next::kRecord && r.h.kind == kTime) anchors_.push_back({rd, r.at[1]});
-      rd += r.bytes;
-    }
-    if (rs.snap_t && rs.snap_w - from - 1 < w - from - 1) {  // strictly between: in cursor order
-      const Anchor snap{rs.snap_w, rs.snap_t};
-      anchors_.insert(std::upper_bound(anchors_.begin(), anchors_.end(), snap,
-                                       [](const Anchor& x, const Anchor& y) { return x.w < y.w; }),
-                      snap);
-    }
-    anchors_.push_back({w, now});
-  }
-
-  // When the event at cursor `c` happened, between the anchors around it (in proportion to its
-  // place among the bytes the writer wrote between them), and how much of that window the
-  // writer may have spent idle: the time it would not have needed at its fastest seen pace.
-  // An event in a busy window is timed to a small fraction of it; one in a window its thread
-  // mostly slept through, only to the window.
-  void time_of(RingState& rs, uint64_t c, uint64_t* ts, uint64_t* uncertainty) {
-    if (next_anchor_ < anchors_.size() && anchors_[next_anchor_].w <= c) {
-      do {
-        advance(rs, anchors_[next_anchor_]);
-        next_anchor_++;
-      } while (next_anchor_ < anchors_.size() && anchors_[next_anchor_].w <= c);
-      window_ready_ = false;
-    }
-    if (!window_ready_) window(rs);
-    *ts = rs.anchor_t + uint64_t(double(c - rs.anchor_w) * window_scale_);
-    *uncertainty = window_uncertainty_;
-  }
-
-  // The window the next events lie in, from the latest anchor to the next: ticks per byte
-  // and its possible idle time, once per window rather than per event.
-  void window(const RingState& rs) {
-    const Anchor& b = anchors_[std::min(next_anchor_, anchors_.size() - 1)];
-    const uint64_t bt = std::max(b.t, rs.anchor_t);
-    const uint64_t span_t = bt - rs.anchor_t, span_w = b.w > rs.anchor_w ? b.w - rs.anchor_w : 0;
-    window_scale_ = span_w ? double(span_t) / double(span_w) : 0.0;
-    const double busy = span_w && rs.peak_rate > 0 ? double(span_w) / rs.peak_rate : 0.0;
-    window_uncertainty_ = busy < double(span_t) ? uint64_t(double(span_t) - busy) : 0;
-    window_ready_ = true;
-  }
-
-  // Past anchor `a`: the window that ended there tells the writer's pace.
-  void advance(RingState& rs, const Anchor& a) {
-    const uint64_t t = std::max(a.t, rs.anchor_t);
-    if (rs.anchored && a.w > rs.anchor_w && t > rs.anchor_t && a.w - rs.anchor_w >= kPaceBytes) {
-      rs.paces[rs.npaces++ % kPaces] = float(double(a.w - rs.anchor_w) / double(t - rs.anchor_t));
-      const uint32_t n = std::min<uint32_t>(rs.npaces, kPaces);
-      rs.peak_rate = n < kMinPaces ? 0 : *std::max_element(rs.paces, rs.paces + n);
-    }
-    rs.anchor_w = a.w;
-    rs.anchor_t = t;
-    rs.anchored = true;
-  }
-
   // Apply ring `index` in order until it is empty or waits (the final drain takes everything
   // published). Returns events applied.
   size_t apply_ring(uint32_t index, bool final, bool* any_blocked) {
@@ -232,22 +145,20 @@ class RingReader {
     const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
     uint64_t rd = r->read;
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
-    if (!rs.anchored) {  // the ring's first events: the consumer began no later than them
-      rs.anchor_w = rd;
-      rs.anchor_t = prev_drain_ts_;
-      rs.anchored = true;
+    if (!rs.clock.anchored) {  // the ring's first events: the consumer began no later than them
+      rs.clock.anchor_w = rd;
+      rs.clock.anchor_t = prev_drain_ts_;
+      rs.clock.anchored = true;
     }
     if (w == rd) {
       // Nothing new: whatever the writer writes next comes after this look, so after the
       // drain began (a quiet thread's next window starts here, not at its last record).
-      if (rs.anchor_w == w && !rs.snap_t) rs.anchor_t = std::max(rs.anchor_t, drain_ts_);
+      if (rs.clock.anchor_w == w && !rs.clock.snap_t) rs.clock.anchor_t = std::max(rs.clock.anchor_t, drain_ts_);
       return 0;
     }
     const uint64_t now = read_clock(ctl_->clock);  // after the cursor: an upper bound for it
-    if (rs.anchor_w > rd || rd - rs.anchor_w > cap) rs.anchor_w = rd;  // forged cursors
-    find_anchors(rs, data, rd, w, now);
-    next_anchor_ = 0;
-    window_ready_ = false;
+    if (rs.clock.anchor_w > rd || rd - rs.clock.anchor_w > cap) rs.clock.anchor_w = rd;  // forged cursors
+    times_.begin(rs.clock, data, cap, rd, w, now);
     // While the writer is moving, leave the cache line it is filling alone: reading it would
     // take the line away from the writer's core in the middle of its records.
     const uint64_t limit = (w == rs.seen_write || final) ? w : w & ~uint64_t(63);
@@ -284,16 +195,15 @@ class RingReader {
       rs.force = false;
       const uint64_t event = event_name(index + 1, rd);
       rd += 8 * words;
-      if (kind == kTime) continue;  // an anchor (find_anchors)
+      if (kind == kTime) continue;  // an anchor (EventTimes::begin)
       if (kind == kThread) {
         rs.tid = (uint32_t)aux;
-        rs.peak_rate = 0;  // another thread's pace
-        rs.npaces = 0;
+        rs.clock.new_writer();  // another thread's pace
         continue;
       }
       n++;
       uint64_t ts, unc;
-      time_of(rs, rd - 8 * words, &ts, &unc);
+      times_.time_of(rs.clock, rd - 8 * words, &ts, &unc);
       const uint64_t ptr = at[1] & kPtrMask;
       // An allocation's recent stack: one with frames fills it, one without repeats it.
       const uint32_t recent = kind == kFree ? 0 : uint32_t(at[2] >> kRecentShift);  // 1 + it, or 0
@@ -326,11 +236,11 @@ class RingReader {
     __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
     // What comes after w was written after `now`: the next drain's first anchor.
     if (rd == w) {
-      advance(rs, {w, now});
-      rs.snap_t = 0;
+      times_.advance(rs.clock, {w, now});
+      rs.clock.snap_t = 0;
     } else {
-      rs.snap_w = w;
-      rs.snap_t = now;
+      rs.clock.snap_w = w;
+      rs.clock.snap_t = now;
     }
     return n;
   }
@@ -341,11 +251,7 @@ class RingReader {
   StackTable stacks_;
   Aggregates aggregates_;
   uint64_t prev_drain_ts_, drain_ts_ = 0, applied_ = 0, unordered_ = 0;
-  std::vector<Anchor> anchors_;  // apply_ring()'s, for the ring it is applying
-  size_t next_anchor_ = 0;
-  bool window_ready_ = false;  // window_scale_ and window_uncertainty_ hold for next_anchor_
-  double window_scale_ = 0;
-  uint64_t window_uncertainty_ = 0;
+  EventTimes times_;  // apply_ring()'s, for the ring it is applying
   double ns_per_tick_ = 1.0;
 };
 
