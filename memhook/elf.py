@@ -20,6 +20,7 @@ from .procfs import Mapping, Memory, TargetError, read_maps
 
 PAGE = 4096
 DT_NULL, DT_DEBUG = 0, 21
+DT_PLTRELSZ, DT_RELA, DT_RELASZ, DT_JMPREL = 2, 7, 8, 23
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
 ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                       ("value", "<u8"), ("size", "<u8")])
@@ -76,14 +77,25 @@ def _open_elf(path: str):
         raise
 
 
+def _headers(elf, p_type: str | None = None) -> list:
+    """Program headers (of one type), without building pyelftools' segment objects: its
+    PT_DYNAMIC segment parses the whole dynamic table on creation, most of an attach's scan."""
+    return [h for h in (elf._get_segment_header(i) for i in range(elf.num_segments()))
+            if p_type is None or h.p_type == p_type]
+
+
+def _segments(elf, p_type: str) -> list:
+    """The segment objects of one type (notes, the interpreter: small to build)."""
+    return [elf.get_segment(i) for i in range(elf.num_segments())
+            if elf._get_segment_header(i).p_type == p_type]
+
+
 def _loads(elf) -> list:
-    return [s.header for s in elf.iter_segments() if s.header.p_type == "PT_LOAD"]
+    return _headers(elf, "PT_LOAD")
 
 
 def build_id(elf) -> str:
-    for seg in elf.iter_segments():
-        if seg.header.p_type != "PT_NOTE":
-            continue
+    for seg in _segments(elf, "PT_NOTE"):
         for note in seg.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 return note["n_desc"]
@@ -93,7 +105,7 @@ def build_id(elf) -> str:
 def _bias_from_maps(elf, maps: list, l_ld: int) -> int | None:
     """Load bias from a PT_LOAD header and the mapping of the same file offset, choosing the
     mapping that puts PT_DYNAMIC where the dynamic linker says it is."""
-    dyn = [s.header for s in elf.iter_segments() if s.header.p_type == "PT_DYNAMIC"]
+    dyn = _headers(elf, "PT_DYNAMIC")
     for ph in _loads(elf):
         for m in maps:
             if m.offset != ph.p_offset & ~(PAGE - 1):
@@ -136,10 +148,11 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
     cpu = arch.of(elf["e_machine"], elf.elfclass)
     if cpu is None:
         return  # (not the target's kind: nothing the scan could patch)
-    for sec in elf.iter_sections():
-        if sec.name in (".plt", ".plt.sec") and sec["sh_size"]:
-            lo = obj.bias + sec["sh_addr"]
-            obj.plt.append((lo, lo + sec["sh_size"]))
+    sections = [elf._get_section_header(i) for i in range(elf.num_sections())]
+    for h in sections:
+        if h["sh_size"] and elf._get_section_name(h) in (".plt", ".plt.sec"):
+            lo = obj.bias + h["sh_addr"]
+            obj.plt.append((lo, lo + h["sh_size"]))
     dynsym = elf.get_section_by_name(".dynsym")
     if dynsym is None:
         obj.skip = "no dynamic symbol table"
@@ -164,14 +177,18 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
             obj.defined[name] = obj.bias + int(syms["value"][i])
     if not index_of:
         return
-    dynamic = next((s for s in elf.iter_sections() if s["sh_type"] == "SHT_DYNAMIC"), None)
-    if dynamic is None:
+    at = next((i for i, h in enumerate(sections) if h["sh_type"] == "SHT_DYNAMIC"), None)
+    if at is None:
         return
-    tags = {t.entry.d_tag: t.entry.d_val for t in dynamic.iter_tags()}
-    for start_tag, size_tag in (("DT_RELA", "DT_RELASZ"), ("DT_JMPREL", "DT_PLTRELSZ")):
+    # The dynamic table as an array (pyelftools parses each tag as an object).
+    table = np.frombuffer(elf.get_section(at).data(), dtype=[("tag", "<i8"), ("val", "<u8")])
+    tags = {int(t): int(v) for t, v in zip(table["tag"], table["val"])}
+    loads = _loads(elf)
+    for start_tag, size_tag in ((DT_RELA, DT_RELASZ), (DT_JMPREL, DT_PLTRELSZ)):
         if start_tag not in tags or not tags.get(size_tag):
             continue
-        offset = next(elf.address_offsets(tags[start_tag]), None)
+        offset = next((tags[start_tag] - h.p_vaddr + h.p_offset for h in loads
+                       if h.p_vaddr <= tags[start_tag] < h.p_vaddr + h.p_filesz), None)
         if offset is None:
             continue
         elf.stream.seek(offset)
@@ -186,7 +203,7 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         # The pages glibc makes read-only after relocation (_dl_protect_relro).
         relro = [(obj.bias + (h.p_vaddr & ~(PAGE - 1)),
                   obj.bias + ((h.p_vaddr + h.p_memsz) & ~(PAGE - 1)))
-                 for h in (seg.header for seg in elf.iter_segments())
+                 for h in _headers(elf)
                  if h.p_type == "PT_GNU_RELRO"]
         for r, t, s in zip(rela[keep], types[keep], syms[keep]):
             hook_id = index_of[int(s)]
@@ -213,9 +230,9 @@ def scan(pid: int, exe_path: str) -> Layout:
         if arch.of(exe["e_machine"], exe.elfclass) is None:
             raise TargetError(f"unsupported target architecture {exe['e_machine']} "
                               f"({exe.elfclass}-bit): memhook supports x86-64 only")
-        interp = next((s.get_interp_name() for s in exe.iter_segments()
+        interp = next((s.get_interp_name() for s in _segments(exe, "PT_INTERP")
                        if s.header.p_type == "PT_INTERP"), None)
-        dyn = [s.header for s in exe.iter_segments() if s.header.p_type == "PT_DYNAMIC"]
+        dyn = _headers(exe, "PT_DYNAMIC")
         if not interp or not dyn:
             raise TargetError("the target is statically linked: it has no GOT to patch")
         if "musl" in interp:

@@ -1,8 +1,37 @@
 #!/usr/bin/env bash
-# Set up and run memhook's whole test suite (real targets, real gdb; needs root for ptrace).
-set -euo pipefail
+# Set up and run memhook's whole test suite, both tiers:
+#   tests/unit         no root, no GDB: analysis, reports, capture format, the native parts
+#   tests/integration  real targets, real GDB, as root; two at a time (pytest-xdist) but for
+#                      the timed ones (marked serial), which run afterwards with nothing beside
+#                      them; tests that keep every core busy share one worker (xdist_group).
+# With arguments, runs pytest with them instead (e.g. scripts/test.sh tests/unit -k merge).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --tests
+scripts/setup.sh --tests || exit 1
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # The pytest script, not `python -m pytest`: the checkout must not shadow the installed package.
-as_root .venv/bin/pytest -q -p no:cacheprovider "$@" tests
+pytest=(.venv/bin/pytest -q -p no:cacheprovider)
+if [ $# -gt 0 ]; then
+  as_root "${pytest[@]}" "$@"
+  exit
+fi
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+status=0
+"${pytest[@]}" --junitxml="$results/unit.xml" tests/unit || status=1
+as_root "${pytest[@]}" --junitxml="$results/parallel.xml" -n 2 --dist loadgroup -m "not serial" \
+  tests/integration || status=1
+as_root "${pytest[@]}" --junitxml="$results/serial.xml" -m serial tests/integration || status=1
+# One closing line for the three runs.
+.venv/bin/python - "$results"/*.xml <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+n = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for path in sys.argv[1:]:
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        for k in n:
+            n[k] += int(suite.get(k, 0))
+failed = n["failures"] + n["errors"]
+print(f"total: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")
+PY
+exit $status

@@ -1,4 +1,5 @@
-"""Real targets, compiled here; the real memhook CLI attached to them with the real GDB."""
+"""Shared by both tiers: real targets compiled here (tests/targets/), the real memhook CLI, and
+for tests/integration the real GDB attached to them as root."""
 from __future__ import annotations
 
 import json
@@ -227,5 +228,7 @@ def nobody_target(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _root_only(request):
-    if os.geteuid() != 0 and not request.node.get_closest_marker("unprivileged"):
+    """tests/integration attaches to real targets with ptrace, as root; tests/unit needs neither
+    root nor GDB."""
+    if os.geteuid() != 0 and "integration" in Path(str(request.node.path)).parts:
         pytest.skip("memhook attaches with ptrace: these tests run as root")

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unprivileged
-
 PACKAGE = Path(__file__).resolve().parents[2] / "memhook"
 NOT_IMPORTED = {"memhook.inject.gdb_agent"}  # runs inside GDB's Python
 

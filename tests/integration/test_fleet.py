@@ -19,7 +19,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from conftest import Lines, Memhook, build, memhook_cmd, report, report_json, run_memhook, site
-from test_otlp import Collector, free_port, received
+from test_capture import go_cache
+from test_otlp import Collector, received
 from test_views import RAW_ADDRESS, open_in_chromium
 
 LATE_LEAK = 7 * 99  # lifecycle.c's "go"
@@ -124,6 +125,7 @@ def test_three_workers_one_started_later(tmp_path, targets):
     assert "late_leak" in dump["functions"] and dump["attrs"]["service.name"] == "workers"
 
 
+@pytest.mark.serial  # timing: measured with no other test beside it
 def test_collector_stopped_mid_session_then_back(tmp_path, targets):
     """The Collector goes away while memhook pushes every 0.5 s, then comes back on the same
     port: the target's allocation loop keeps its pace throughout, memhook counts the failed
@@ -217,7 +219,7 @@ def test_pprof_push_request(tmp_path, targets):
     heap = tmp_path / "pushed.pb.gz"
     heap.write_bytes(fields["profile"])
     assert gzip.decompress(heap.read_bytes())
-    env = dict(os.environ, HOME=str(tmp_path), PPROF_TMPDIR=str(tmp_path))
+    env = dict(os.environ, HOME=str(tmp_path), PPROF_TMPDIR=str(tmp_path), GOCACHE=go_cache())
     top = subprocess.run(["go", "tool", "pprof", "-top", "-sample_index=inuse_space", str(heap)],
                          capture_output=True, text=True, env=env, timeout=300)
     assert top.returncode == 0, top.stderr

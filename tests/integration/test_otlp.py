@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Memhook, build, run_memhook, site
 
-COLLECTOR = Path(__file__).parent.parent / ".venv" / "otelcol" / "otelcol-memhook"
+COLLECTOR = Path(__file__).parents[2] / ".venv" / "otelcol" / "otelcol-memhook"
 
 
 def free_port() -> int:

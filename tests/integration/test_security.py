@@ -9,27 +9,31 @@ import pytest
 from conftest import Memhook, site
 
 
-def leftovers():
+def leftovers(target_pid: int, memhook_pid: int = 0) -> set:
+    """memhook's files in /dev/shm and /tmp for this target or made by this memhook (a segment
+    is memhook-MEMHOOK-TARGET-TOKEN, a library copy memhook-MEMHOOK-TOKEN/): other tests'
+    memhooks may come and go meanwhile."""
     found = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if n.startswith("memhook-")]
     found += [f"/tmp/{n}" for n in os.listdir("/tmp") if n.startswith("memhook-")]
-    return set(found)
+    return {f for f in found if f"-{target_pid}-" in f
+            or (memhook_pid and f.split("/")[-1].startswith(f"memhook-{memhook_pid}-"))}
 
 
 def test_target_of_another_user(tmp_path, nobody_target):
     target = nobody_target
     assert os.stat(f"/proc/{target.pid}").st_uid != 0
-    before = leftovers()
+    assert leftovers(target.pid) == set()
     mh = Memhook(target.pid, tmp_path)
     maps = open(f"/proc/{target.pid}/maps").read()
     # The segment: an unguessable name (128 random bits), already unlinked.
     assert re.search(rf"/dev/shm/memhook-\d+-{target.pid}-[0-9a-f]{{32}} \(deleted\)", maps)
     # The library copy: loaded from an unguessable directory, already deleted.
     assert re.search(r"/tmp/memhook-\d+-[0-9a-f]{32}/libmemhook_hook\.so \(deleted\)", maps)
-    assert leftovers() == before
+    assert leftovers(target.pid, mh.proc.pid) == set()
     target.command("go")
     report = mh.stop()
     assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
-    assert leftovers() == before
+    assert leftovers(target.pid, mh.proc.pid) == set()
     assert target.finish() == 0
 
 

@@ -18,8 +18,6 @@ from hypothesis import strategies as st
 
 from memhook import _native, hooks
 
-pytestmark = pytest.mark.unprivileged
-
 NRINGS, RING_BYTES, DEPTH = 2, 4096, 8
 DRAIN_TIMEOUT_S = 8  # a final drain of two 4 KiB rings takes milliseconds (waits: 2 s at most)
 SENTINEL = 0x5E5E_1234_5678_5E5E

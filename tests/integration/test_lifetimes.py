@@ -6,7 +6,12 @@ import json
 
 import numpy as np
 
+import pytest
+
 from conftest import Memhook, build, run_memhook
+
+# Lifetimes are timed: measured with no other test beside them.
+pytestmark = pytest.mark.serial
 
 from memhook import capture as capture_mod
 from memhook.symbolize import Symbolizer

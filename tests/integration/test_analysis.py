@@ -2,9 +2,12 @@
 import json
 import time
 
+import pytest
+
 from conftest import ITERS, WORKERS, Memhook, build, report_json, run_memhook
 
 
+@pytest.mark.serial  # timing: measured with no other test beside it
 def test_steady_leak_ranks_above_plateau_and_startup_data(tmp_path, targets):
     """shapes.c: the slow leak ranks first and says it keeps accumulating; the cache that filled
     is plateaued; start-up data is held; per-request memory, freed every 100 ms however high it

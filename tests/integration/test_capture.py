@@ -11,9 +11,16 @@ from importlib import resources
 
 import pytest
 
-from conftest import Memhook, build, memhook_cmd, report, report_json, run_memhook, site
+from conftest import Memhook, Target, build, memhook_cmd, report, report_json, run_memhook, site
 
 LATE_LEAK = 7 * 99  # lifecycle.c: "go" leaks 7 blocks of 99 bytes in late_leak
+
+
+def go_cache() -> str:
+    """Go's build cache as the user has it: `go tool pprof` is built once, not at every HOME a
+    test gives it."""
+    return subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def build_id(path):
@@ -21,18 +28,32 @@ def build_id(path):
     return file_build_id(str(path))
 
 
-@pytest.fixture
-def captured(tmp_path, targets):
+def capture_lifecycle(where):
     """A capture of lifecycle.c doing "go" and "inlined"; the binary's path."""
-    exe = build(tmp_path, "lifecycle.c")
-    target = targets(exe, "/nonexistent.so")
-    mh = Memhook(target.pid, tmp_path, "--interval", "0.2")
-    target.command("go")
-    target.command("inlined")
-    time.sleep(0.5)  # a few time-series rows
-    mh.stop()
-    assert target.finish() == 0
+    exe = build(where, "lifecycle.c")
+    target = Target(exe, "/nonexistent.so")
+    try:
+        mh = Memhook(target.pid, where, "--interval", "0.2")
+        target.command("go")
+        target.command("inlined")
+        time.sleep(0.5)  # a few time-series rows
+        mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
     return mh.capture, exe
+
+
+@pytest.fixture
+def captured(tmp_path):
+    """A capture of its own, for tests that move, strip or replace the binary."""
+    return capture_lifecycle(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def captured_once(tmp_path_factory):
+    """One capture shared by the tests that only read reports of it."""
+    return capture_lifecycle(tmp_path_factory.mktemp("captured"))
 
 
 def test_symbolized_after_the_binary_moved(tmp_path, captured):
@@ -85,8 +106,8 @@ def test_a_different_build_is_not_trusted(tmp_path, captured):
 
 
 @pytest.mark.parametrize("symbolizer", ["pyelftools", "auto"])
-def test_inlined_frames(captured, symbolizer):
-    cap, _ = captured
+def test_inlined_frames(captured_once, symbolizer):
+    cap, _ = captured_once
     rep = report_json(cap, "--symbolizer", symbolizer)
     frames = site(rep, "make_buffer")["frames"]
     assert frames[0]["inlined"] is True
@@ -97,9 +118,9 @@ def test_inlined_frames(captured, symbolizer):
     assert frames[0]["address"] == frames[1]["address"]
 
 
-def test_json_schema_and_time_series(captured):
+def test_json_schema_and_time_series(captured_once):
     import jsonschema
-    cap, _ = captured
+    cap, _ = captured_once
     rep = report_json(cap)
     schema = json.loads(resources.files("memhook").joinpath("report.schema.json").read_text())
     jsonschema.validate(rep, schema)
@@ -109,8 +130,8 @@ def test_json_schema_and_time_series(captured):
     assert [r["time_s"] for r in series] == sorted(r["time_s"] for r in series)
 
 
-def test_collapsed_stacks(captured):
-    cap, _ = captured
+def test_collapsed_stacks(captured_once):
+    cap, _ = captured_once
     out = report(cap, "--format", "collapsed").stdout.splitlines()
     folded = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in out}
     leak = [k for k in folded if k.split(";")[-1] == "late_leak"]
@@ -122,12 +143,12 @@ def test_collapsed_stacks(captured):
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="Go is not installed")
-def test_go_pprof_reads_the_profile(tmp_path, captured):
-    cap, _ = captured
+def test_go_pprof_reads_the_profile(tmp_path, captured_once):
+    cap, _ = captured_once
     out = tmp_path / "heap.pb.gz"
     report(cap, "--format", "pprof", "-o", out)
     assert gzip.decompress(out.read_bytes())
-    env = dict(os.environ, HOME=str(tmp_path), PPROF_TMPDIR=str(tmp_path))
+    env = dict(os.environ, HOME=str(tmp_path), PPROF_TMPDIR=str(tmp_path), GOCACHE=go_cache())
     for index, expected in (("inuse_space", f"{LATE_LEAK}B"), ("alloc_objects", "7 ")):
         top = subprocess.run(["go", "tool", "pprof", "-top", f"-sample_index={index}",
                               str(out)], capture_output=True, text=True, env=env, timeout=300)
@@ -160,8 +181,8 @@ def test_diff_between_two_processes(tmp_path, targets):
     assert "+34568 bytes" in report(caps[0], "--diff", caps[1]).stdout
 
 
-def test_filters(captured):
-    cap, exe = captured
+def test_filters(captured_once):
+    cap, exe = captured_once
     assert [s["frames"][0]["function"] for s in
             report_json(cap, "--function", "^late_").get("sites")] == ["late_leak"]
     assert report_json(cap, "--module", "no-such-module")["sites"] == []
@@ -241,16 +262,16 @@ def test_kill_9_with_default_intervals(tmp_path, targets, kill_at):
     assert target.finish() == 0
 
 
-def test_capture_size_is_reported(tmp_path, captured):
-    cap, _ = captured
+def test_capture_size_is_reported(tmp_path, captured_once):
+    cap, _ = captured_once
     assert os.path.getsize(cap) < 200_000
 
 
 @pytest.mark.parametrize("tool", ["llvm-symbolizer", "addr2line"])
-def test_system_symbolizers_agree_with_pyelftools(captured, tool):
+def test_system_symbolizers_agree_with_pyelftools(captured_once, tool):
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed")
-    cap, exe = captured
+    cap, exe = captured_once
 
     def own_frames(rep):  # the target's own frames (libc's depend on its debug package)
         return [[(f["function"], f["file"], f["line"], f.get("inlined", False))
@@ -269,41 +290,11 @@ def test_sysroot(tmp_path, captured):
     assert site(report_json(cap, "--sysroot", root), "late_leak")["frames"][0]["line"] > 0
 
 
-def test_unusable_debug_dir_and_sysroot(tmp_path, captured):
-    cap, _ = captured
+def test_unusable_debug_dir_and_sysroot(tmp_path, captured_once):
+    cap, _ = captured_once
     for args, words in ((["--debug-dir", tmp_path / "missing"], "cannot be read"),
                         (["--sysroot", tmp_path / "missing"], "not a directory"),
                         (["--symbolizer", "no-such-tool"], "invalid choice")):
         proc = run_memhook("report", cap, *args)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
-
-
-def test_live_series_stays_bounded(monkeypatch):
-    """A session of days: the series a live session holds for its final report is halved in
-    resolution whenever it holds more than MAX_TICKS samples or MAX_CHANGES per-stack changes
-    (here made small), and still gives every stack its latest outstanding bytes. (A unit test:
-    the consumer is a stand-in that changes 40 of 2,000 stacks per sample.)"""
-    import types
-
-    import numpy as np
-
-    from memhook import analysis, capture
-    monkeypatch.setattr(capture, "MAX_TICKS", 64)
-    monkeypatch.setattr(capture, "MAX_CHANGES", 5_000)
-    rng = np.random.default_rng(1)
-    out = np.zeros(2000, np.uint64)
-
-    def sites():
-        out[rng.integers(1, 2000, 40)] += np.uint64(7)
-        return {"outstanding_bytes": out.copy()}
-    consumer = types.SimpleNamespace(
-        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
-    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid()))
-    for _ in range(3000):
-        rec.tick()
-        assert len(rec.ticks) <= 64 and rec.held <= 5_000 + 40
-    series = rec.held_series()
-    times, per_stack = analysis.stack_series(capture.Capture(series=series))
-    assert len(times) <= 64 and list(times) == sorted(times)
-    assert all(per_stack[s][-1] == out[s] for s in np.flatnonzero(out)), "a stack's last value"

@@ -5,6 +5,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import Memhook, assert_restored, build, memhook_cmd, site, slot_values
 from memhook.procfs import read_maps
 
@@ -19,6 +21,7 @@ def segment_mappings(pid: int) -> tuple[int, int]:
     return sum(m.end - m.start for m in maps), len(maps)
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 def test_200_attach_detach_cycles(tmp_path, targets):
     from memhook.session import Options, Session
     exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
@@ -48,6 +51,7 @@ def test_200_attach_detach_cycles(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 def test_memhook_killed_at_random_moments(tmp_path, targets):
     """SIGKILL while memhook scans, injects, traces or detaches: the target survives, unhooks
     itself, and is attached again at the end with exact numbers."""
@@ -80,6 +84,7 @@ def test_memhook_killed_at_random_moments(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 def test_fork_exec_storm(tmp_path, targets):
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     mh = Memhook(target.pid, tmp_path)

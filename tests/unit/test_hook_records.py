@@ -14,9 +14,7 @@ import pytest
 from conftest import build
 from memhook import _native, elf, hooks
 
-pytestmark = pytest.mark.unprivileged
-
-COMMON = Path(__file__).parent.parent / "hook_cpp" / "common"
+COMMON = Path(__file__).parents[2] / "hook_cpp" / "common"
 KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
 PTR_MASK = (1 << 47) - 1
 SIZE_MASK = (1 << 56) - 1

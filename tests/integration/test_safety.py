@@ -70,6 +70,7 @@ def test_target_execs_while_attached(tmp_path, targets):
     assert open(f"/proc/{target.pid}/cmdline").read().startswith("sleep")  # untouched
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 def test_attach_while_threads_hold_allocator_locks(tmp_path, targets):
     """Threads (the main one among them) allocating at every moment: attach and detach again
     and again while they run; the target keeps allocating throughout, and every session sees
@@ -199,6 +200,7 @@ def wait_stopped(pid: int, timeout: float = 30) -> None:
         time.sleep(0.001)
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 @pytest.mark.parametrize("release", ["release", "regrow"])
 def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
     """A full ring loses allocations (blocks go unreported) but keeps room for frees: a lost free
@@ -228,6 +230,7 @@ def test_full_ring_drops_allocations_before_frees(tmp_path, targets, release):
     assert target.finish() == 0
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 @pytest.mark.parametrize("release", ["release_many", "regrow_many"])
 def test_dropped_frees_are_not_leaks(tmp_path, targets, release):
     """A free the full ring has no room for is dropped, but the block it freed is not reported
@@ -261,6 +264,7 @@ def test_dropped_frees_are_not_leaks(tmp_path, targets, release):
     assert target.finish() == 0
 
 
+@pytest.mark.serial  # timing: measured with no other test beside it
 def test_target_pause_under_50_ms(tmp_path):
     """The stall detector of benchmarks/targets/stall.c sees how long attach and detach stop
     the target; the median over a few cycles stays under 50 ms."""

@@ -13,8 +13,6 @@ from memhook import capture
 from memhook.reporters import collapsed, model, text
 from memhook.symbolize import Symbolizer
 
-pytestmark = pytest.mark.unprivileged
-
 FUZZ = settings(max_examples=300, deadline=2000, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -138,7 +136,7 @@ def test_format_spec_names_what_the_code_writes():
     is named in that block's row, and every block kind the reader knows has a row."""
     import re
     from pathlib import Path
-    spec = (Path(__file__).parent.parent / "docs" / "capture-format.md").read_text()
+    spec = (Path(__file__).parents[2] / "docs" / "capture-format.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
     assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
                          "PROC", "END "}

@@ -1,0 +1,33 @@
+"""The recorder of a live session: what it holds for the final report and what it writes."""
+import os
+import types
+
+import numpy as np
+
+from memhook import analysis, capture
+from memhook.capture import recorder
+
+
+def test_live_series_stays_bounded(monkeypatch):
+    """A session of days: the series a live session holds for its final report is halved in
+    resolution whenever it holds more than MAX_TICKS samples or MAX_CHANGES per-stack changes
+    (here made small), and still gives every stack its latest outstanding bytes. (A unit test:
+    the consumer is a stand-in that changes 40 of 2,000 stacks per sample.)"""
+    monkeypatch.setattr(recorder, "MAX_TICKS", 64)
+    monkeypatch.setattr(recorder, "MAX_CHANGES", 5_000)
+    rng = np.random.default_rng(1)
+    out = np.zeros(2000, np.uint64)
+
+    def sites():
+        out[rng.integers(1, 2000, 40)] += np.uint64(7)
+        return {"outstanding_bytes": out.copy()}
+    consumer = types.SimpleNamespace(
+        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
+    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid()))
+    for _ in range(3000):
+        rec.tick()
+        assert len(rec.ticks) <= 64 and rec.held <= 5_000 + 40
+    series = rec.held_series()
+    times, per_stack = analysis.stack_series(capture.Capture(series=series))
+    assert len(times) <= 64 and list(times) == sorted(times)
+    assert all(per_stack[s][-1] == out[s] for s in np.flatnonzero(out)), "a stack's last value"
