@@ -122,6 +122,13 @@ def histograms(cap: Capture, report: dict, symbolizer):
                            np.float64)
         nz = np.nonzero(np.concatenate([counts, under]) if len(under) else counts)[0] % max(
             len(counts), 1)
+        ax.set_title(title)
+        if not len(nz):  # (a capture without the per-stack behaviour blocks)
+            ax.text(0.5, 0.5, "not in this capture", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         lo, hi = (int(nz.min()), int(nz.max()) + 1) if len(nz) else (0, 1)
         x = np.arange(lo, hi)
         if len(under) and under[lo:hi].any():
@@ -134,7 +141,6 @@ def histograms(cap: Capture, report: dict, symbolizer):
         labels = _log2_labels(hi, unit)[lo:hi]
         step = max(1, len(x) // 10)
         ax.set_xticks(x[::step], labels[::step], rotation=45, ha="right", fontsize=8)
-        ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(("allocations" if unit == "B" else "frees") + " (log scale)")
         ax.set_yscale("log")

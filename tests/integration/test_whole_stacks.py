@@ -4,7 +4,6 @@ same binary. Both runs are without address randomisation (gdb's default; `setarc
 run memhook attaches to), so the two processes put every object at the same address."""
 from __future__ import annotations
 
-import re
 import struct
 import subprocess
 import time

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "memhook"
 NOT_IMPORTED = {"memhook.inject.gdb_agent"}  # runs inside GDB's Python

@@ -1,0 +1,144 @@
+// The consumer's parts on their own, without a segment or a target: the stack table, the live
+// map and event timing. Built and run by tests/unit/test_native.py; prints one line per failed
+// check and "checks N failed M" at the end.
+#include <stdio.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "event_times.h"
+#include "live_map.h"
+#include "stack_table.h"
+
+using namespace memhook;
+
+static int g_checks, g_failed;
+#define CHECK(cond)                                                    \
+  do {                                                                 \
+    g_checks++;                                                        \
+    if (!(cond)) {                                                     \
+      g_failed++;                                                      \
+      printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, #cond);         \
+    }                                                                  \
+  } while (0)
+
+static void stack_table() {
+  StackTable t;
+  CHECK(t.size() == 1);  // id 0: none
+  const uint64_t a[] = {0x401000, 0x402000, 0x403000}, b[] = {0x401000, 0x402000},
+                 c[] = {0x401000, 0x402000, 0x403001};
+  const uint32_t ia = t.intern(a, 3), ib = t.intern(b, 2), ic = t.intern(c, 3);
+  CHECK(ia == 1 && ib == 2 && ic == 3);  // ids in order of first sight
+  CHECK(t.intern(a, 3) == ia && t.intern(b, 2) == ib && t.intern(c, 3) == ic);
+  CHECK(t.size() == 4);
+  const std::vector<uint64_t>& f = t.frames();
+  CHECK(f.size() == 8 && f[t.offset(ib)] == 0x401000 && f[t.offset(ic) + 2] == 0x403001);
+  // Many stacks, each found again by its frames (the recent-stack cache and the map agree).
+  std::mt19937_64 rng(1);
+  std::map<std::vector<uint64_t>, uint32_t> seen;
+  for (int i = 0; i < 20000; i++) {
+    std::vector<uint64_t> s(1 + rng() % 6);
+    for (auto& x : s) x = 0x400000 + (rng() % 64) * 16;
+    const uint32_t id = t.intern(s.data(), uint32_t(s.size()));
+    auto it = seen.find(s);
+    if (it == seen.end())
+      seen[s] = id;
+    else
+      CHECK(it->second == id);
+  }
+  CHECK(t.size() == 4 + seen.size());  // (the random frames lie below a, b and c's)
+}
+
+static void live_map() {
+  LiveMap m;
+  std::map<uint64_t, uint64_t> truth;
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 300000; i++) {  // past the first growth (64 Ki entries)
+    const uint64_t key = 16 + (rng() % 200000) * 16;
+    bool inserted;
+    if (rng() % 3) {
+      LiveMap::Block* b = m.insert(key, &inserted);
+      CHECK(inserted == !truth.count(key));
+      b->size = key / 16;
+      truth[key] = key / 16;
+    } else if (LiveMap::Block* b = m.find(key)) {
+      CHECK(truth.count(key) && b->size == truth[key]);
+      m.erase(b);
+      truth.erase(key);
+    } else {
+      CHECK(!truth.count(key));
+    }
+  }
+  CHECK(m.size() == truth.size());
+  size_t found = 0;
+  for (auto& [key, size] : truth) {
+    const LiveMap::Block* b = m.find(key);
+    found += b && b->size == size;
+  }
+  CHECK(found == truth.size());
+}
+
+// Events between two anchors are timed by their place among the bytes written between them;
+// a writer that kept its busy pace has no idle time to hide, one that wrote slowly does.
+static void event_times() {
+  const uint64_t cap = 4096;
+  std::vector<uint64_t> ring(cap / 8, 0);
+  // A clock record at cursor 0 (t = 1000), then frees up to cursor 1024, then another clock
+  // record at 1024 (t = 2000), then frees up to 2048.
+  auto put_time = [&](uint64_t at, uint64_t t) {
+    ring[at / 8] = header(kTime, 0, 0, 0);
+    ring[at / 8 + 1] = t;
+  };
+  for (uint64_t at = 0; at < 2048; at += 16) {
+    ring[at / 8] = header(kFree, 1, 0, 0);
+    ring[at / 8 + 1] = 0x1000 + at;
+  }
+  put_time(0, 1000);
+  put_time(1024, 2000);
+  RingClock rc;
+  rc.anchor_w = 0;
+  rc.anchor_t = 900;
+  rc.anchored = true;
+  EventTimes et;
+  et.begin(rc, (const uint8_t*)ring.data(), cap, 0, 2048, 3000);
+  uint64_t ts, unc;
+  et.time_of(rc, 512, &ts, &unc);  // halfway between the records at 0 and 1024
+  CHECK(ts == 1500);
+  et.time_of(rc, 1536, &ts, &unc);  // halfway between 1024 and the drain's look at 2048
+  CHECK(ts == 2500);
+  // No pace known yet (fewer than kMinPaces windows): the whole window is uncertain.
+  CHECK(unc == 1000);
+  // A writer seen busy for many windows: a window written at that pace has no idle time.
+  RingClock busy;
+  busy.anchored = true;
+  EventTimes bt;
+  for (uint32_t k = 0; k < kMinPaces + 2; k++) bt.advance(busy, {2048 * (k + 1), 2000 * (k + 1)});
+  CHECK(busy.peak_rate > 1.0239 && busy.peak_rate < 1.0241);  // 2048 bytes per 2000 ticks
+  // The ring of frees above, written once at that pace and once 5x slower: in the busy window
+  // the event's time is exact, in the slow one it may be off by the 8000 ticks not needed.
+  const uint64_t t0 = busy.anchor_t, w0 = busy.anchor_w;
+  for (uint64_t at = 0; at < 2048; at += 16) {
+    ring[at / 8] = header(kFree, 1, 0, 0);
+    ring[at / 8 + 1] = 0x1000 + at;
+  }
+  RingClock fast = busy, slow = busy;
+  fast.anchor_w = slow.anchor_w = w0 % cap == 0 ? 0 : w0;
+  EventTimes ft, st;
+  ft.begin(fast, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 2000);
+  ft.time_of(fast, 1024, &ts, &unc);
+  CHECK(ts == t0 + 1000 && unc == 0);
+  st.begin(slow, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 10000);
+  st.time_of(slow, 1024, &ts, &unc);
+  CHECK(ts == t0 + 5000 && unc == 8000);
+  busy.new_writer();
+  CHECK(busy.peak_rate == 0 && busy.npaces == 0);
+}
+
+int main() {
+  stack_table();
+  live_map();
+  event_times();
+  printf("checks %d failed %d\n", g_checks, g_failed);
+  return g_failed != 0;
+}

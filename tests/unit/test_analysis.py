@@ -1,0 +1,39 @@
+"""Leak suspects from a capture's time series: a stack that keeps accumulating ranks first, a
+cache that filled and plateaued is said to have plateaued, per-request churn is no suspect."""
+from __future__ import annotations
+
+import pytest
+
+import synthetic
+from memhook import analysis
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return synthetic.compile_program(tmp_path_factory.mktemp("program"))
+
+
+def test_leak_before_cache_and_no_churn(program):
+    a = synthetic.return_addresses(program, "framed")[:1]
+    b = synthetic.return_addresses(program, "frameless")[:1]
+    c = synthetic.return_addresses(program, "main")[:1]
+    samples = 60
+    leak = [100 * (i + 1) for i in range(samples)]                      # +100 B per sample
+    cache = [min(2000 * (i + 1), 20000) for i in range(samples)]       # fills, then holds
+    churn = [300 if i % 2 else 0 for i in range(samples)]              # per request
+    cap = synthetic.make(program, [
+        synthetic.Stack(a, samples, leak[-1], history=leak),
+        synthetic.Stack(b, 10, cache[-1], history=cache),
+        synthetic.Stack(c, 5000, 5000 * 300, 4999, 4999 * 300, history=churn)], interval=1.0)
+    rows = analysis.suspects(cap, min_age_s=60)
+    assert [r["stack"] for r in rows] == [1, 2]  # the churn is not listed
+    first, second = rows
+    assert first["score"] > 0 and not first["plateaued"]
+    assert first["late_growth_bytes_per_min"] == pytest.approx(6000, rel=0.01)  # 100 B/s
+    assert "keep accumulating" in first["reasons"][0]
+    assert second["plateaued"] and second["score"] == 0
+    assert "plateaued" in second["reasons"][0]
+    import numpy as np
+    t = np.arange(6.0)
+    y = np.where(t < 5, 2 * t, 100.0)  # one outlier among six samples of slope 2
+    assert analysis.theil_sen(t, y) == pytest.approx(2)  # the median of pairwise slopes

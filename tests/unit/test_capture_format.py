@@ -1,0 +1,65 @@
+"""The capture file: what is written is read back, a file cut off reads up to its last complete
+block, and one file holds several processes (docs/capture-format.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import synthetic
+from memhook import capture
+
+
+@pytest.fixture(scope="module")
+def cap(tmp_path_factory):
+    program = synthetic.compile_program(tmp_path_factory.mktemp("program"))
+    a = synthetic.return_addresses(program, "framed")[:1] + \
+        synthetic.return_addresses(program, "main")[:1]
+    return synthetic.make(program, [synthetic.Stack(a, 4, 400, 1, 100, history=[100, 200, 300])])
+
+
+def same(x: capture.Capture, y: capture.Capture) -> None:
+    assert x.meta == y.meta and x.modules == y.modules
+    assert x.stack_offsets.tolist() == y.stack_offsets.tolist()
+    assert x.stack_frames.tolist() == y.stack_frames.tolist()
+    for k in capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS:
+        assert x.sites[k].tolist() == y.sites[k].tolist(), k
+    for k, v in x.series.items():
+        assert np.asarray(v).tolist() == np.asarray(y.series[k]).tolist(), k
+
+
+def test_written_then_read(tmp_path, cap):
+    path = tmp_path / "a.mh"
+    capture.write(str(path), cap)
+    back = capture.read(str(path))
+    assert back.complete
+    same(cap, back)
+
+
+def test_cut_off_reads_its_complete_blocks(tmp_path, cap):
+    path = tmp_path / "a.mh"
+    capture.write(str(path), cap)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.mh"
+    cut.write_bytes(data[:-9])  # the END block and a little more
+    back = capture.read(str(cut))
+    assert not back.complete
+    assert back.meta == cap.meta and back.stack_count == cap.stack_count
+
+
+def test_one_file_several_processes(tmp_path, cap):
+    path = tmp_path / "fleet.mh"
+    shared = capture.SharedWriter(str(path))
+    for index, pid in enumerate((11, 22)):
+        w = shared.process(index)
+        w.json(b"META", {**cap.meta, "pid": pid})
+        w.json(b"MODS", cap.modules)
+        w.arrays(b"STKS", first=np.array(0, np.uint64), offsets=cap.stack_offsets,
+                 frames=cap.stack_frames)
+        w.arrays(b"AGGR", **cap.sites)
+        w.close()  # (a process's writer leaves the file open for the others)
+    shared.close()
+    procs = capture.read_processes(str(path))
+    assert [p.meta["pid"] for p in procs] == [11, 22]
+    merged = capture.read(str(path))
+    assert [p.meta["pid"] for p in merged.processes] == [11, 22]
+    assert int(merged.sites["outstanding_bytes"][1]) == 2 * 300

@@ -1,0 +1,154 @@
+"""The native parts on their own: the consumer's stack table, live map and event timing in a
+C++ program (tests/unit/native/), the sampler through the real hook library loaded in-process,
+and unwind rows from an object whose code is known."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HOOK_CPP = Path(__file__).parents[2] / "hook_cpp"
+NATIVE = Path(__file__).parent / "native"
+
+
+def compile_and_run(tmp_path: Path, source: str) -> str:
+    exe = tmp_path / Path(source).stem
+    subprocess.run(["g++", "-std=c++17", "-O1", "-g", *(f"-I{HOOK_CPP / d}" for d in (
+        "common", "consumer", "arch/x86_64")), str(NATIVE / source), "-o", str(exe)],
+        check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_consumer_parts(tmp_path):
+    out = compile_and_run(tmp_path, "consumer_parts.cpp")
+    checks, failed = (int(x) for x in out.split()[-3::2])
+    assert failed == 0 and checks > 10, out
+
+
+def sampled(tmp_path: Path, rate: int, count: int, size: int) -> int:
+    """How many of `count` calls of memhook_sample_malloc(size) the real hook library records
+    in a segment of sampling mode at `rate` (the harness loads it in-process)."""
+    import math  # noqa: F401
+    import os
+    import struct
+    from importlib import resources
+
+    from conftest import build
+    from memhook import _native, elf, hooks
+    ring_bytes, depth = 1 << 20, 8
+    exe = build(tmp_path, "sampler_harness.cpp", flags=["-O1", "-I", str(HOOK_CPP / "common")])
+    segment = tmp_path / f"segment-{rate}-{size}"
+    fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _native.format_segment(fd, 1, ring_bytes, depth, _native.CLOCK_MONOTONIC, 0, 2**64 - 1,
+                               0, {}, [], 1000.0, rate)
+    finally:
+        os.close(fd)
+    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
+    out = subprocess.run([exe, str(library), str(segment), str(count), str(size)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "start 0" in out.stdout, out.stdout + out.stderr
+    assert f"returned {count}" in out.stdout  # every call got its block, sampled or not
+    layout = _native.segment_layout(1, ring_bytes, depth)
+    data = segment.read_bytes()
+    at = layout["rings_offset"]
+    write, = struct.unpack_from("<Q", data, at + 8)  # RingHeader.write
+    body = data[at + layout["ring_header_bytes"]:][:ring_bytes]
+    malloc = hooks.BY_SYMBOL["malloc"].id
+    records = _native.decode_records(body, 0, write)
+    assert all(r[1] is not None for r in records)
+    return sum(1 for r in records if r[1] == _native.RECORD_KINDS["alloc"] and r[2] == malloc)
+
+
+@pytest.mark.parametrize("size", [256, 1024, 4096])
+def test_sampler_chooses_with_its_probability(tmp_path, size):
+    """Each call of Z bytes is recorded with probability 1 - exp(-Z/rate), whatever came before
+    it (the countdown is exponential): the count of 20,000 calls lies within four standard
+    deviations of that."""
+    import math
+    rate, count = 4096, 20000
+    p = 1 - math.exp(-size / rate)
+    got = sampled(tmp_path, rate, count, size)
+    assert abs(got - count * p) <= 4 * math.sqrt(count * p * (1 - p)), (got, count * p)
+
+
+def test_sampler_takes_large_blocks_nearly_always(tmp_path):
+    got = sampled(tmp_path, 4096, 2000, 1 << 20)  # p = 1 - exp(-256)
+    assert got == 2000
+
+
+def instructions(exe: Path, function: str) -> list[tuple[int, str]]:
+    """(address, text) of each of a function's instructions, by objdump."""
+    import re
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--disassemble={function}",
+                          str(exe)], capture_output=True, text=True, check=True).stdout
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in
+            re.finditer(r"^\s+([0-9a-f]+):\s+(.*)$", out, re.M)]
+
+
+def rules(exe: Path) -> dict[int, tuple]:
+    """The rows memhook builds for `exe` (common/unwind_rows.h): start -> (kind, CFA offset,
+    rbp rule, rbp slot, last)."""
+    import struct
+
+    from memhook import _native
+    rows, info = _native.cfi_rows(str(exe))
+    assert not info["problem"], info
+    out = {}
+    for at in range(0, len(rows), _native.ROW_BYTES):
+        start, r = struct.unpack_from("<II", rows, at)
+        out[start] = (r & 7, (r >> 16) * 8, r >> 3 & 3, r >> 5 & 1023, bool(r & _native.ROW_LAST))
+    return out
+
+
+def rule_at(table: dict, pc: int) -> tuple:
+    return table[max(s for s in table if s <= pc)]
+
+
+RSP, RBP, SAVED = 1, 2, 1
+
+
+def test_unwind_rows_of_a_known_object(tmp_path):
+    """Rows built from a file whose code is known: each rule holds from the instruction after
+    the one that changed the frame, as the disassembly shows it."""
+    objs = []
+    for src, fp in (("unwind_framed.c", "-fno-omit-frame-pointer"),
+                    ("unwind_frameless.c", "-fomit-frame-pointer")):
+        obj = tmp_path / (Path(src).stem + ".o")
+        subprocess.run(["gcc", "-O2", "-g", fp, "-c", str(NATIVE / src), "-o", str(obj)],
+                       check=True)
+        objs.append(str(obj))
+    exe = tmp_path / "known"
+    subprocess.run(["gcc", *objs, "-o", str(exe)], check=True)
+    table = rules(exe)
+
+    code = instructions(exe, "framed")
+    assert rule_at(table, code[0][0])[:2] == (RSP, 8)  # the return address only
+    after = {text.split()[0] + " " + "".join(text.split()[1:]): code[i + 1][0]
+             for i, (_, text) in enumerate(code[:-1])}
+    assert rule_at(table, after["push %rbp"])[:4] == (RSP, 16, SAVED, 2)
+    assert rule_at(table, after["mov %rsp,%rbp"])[:4] == (RBP, 16, SAVED, 2)
+
+    code = instructions(exe, "frameless")
+    assert rule_at(table, code[0][0])[:2] == (RSP, 8)
+    depth = 8
+    for (_, text), (nxt, _) in zip(code, code[1:]):
+        op, *args = text.split(None, 1)
+        if op == "push":
+            depth += 8
+        elif op == "sub" and args[0].endswith(",%rsp"):
+            depth += int(args[0].split(",")[0].lstrip("$"), 16)
+        else:
+            continue
+        assert rule_at(table, nxt)[:2] == (RSP, depth), (text, hex(nxt))
+        break
+    else:
+        pytest.fail("frameless() moved no stack pointer: nothing to check")
+    assert all(rule_at(table, pc)[0] == RSP for pc, _ in code)  # never rbp
+
+    main = instructions(exe, "main")
+    assert all(rule_at(table, pc)[4] for pc, _ in main)  # the walk ends at main
+    assert not rule_at(table, code[0][0])[4]

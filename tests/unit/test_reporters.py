@@ -1,0 +1,194 @@
+"""Every report format from one capture made here (synthetic.py: a real program's return
+addresses), checked against what the capture holds and what binutils says of the addresses:
+the JSON model, text, folded stacks, pprof (decoded field by field), OTLP (parsed with
+opentelemetry-proto), the HTML page, and the one registry they are rendered through."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+
+import pytest
+
+import synthetic
+from memhook import reporters
+from memhook.reporters import model
+from memhook.symbolize import Symbolizer
+
+RAW_ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return synthetic.compile_program(tmp_path_factory.mktemp("program"))
+
+
+@pytest.fixture(scope="module")
+def cap(program):
+    framed = synthetic.return_addresses(program, "framed")[0]
+    frameless = synthetic.return_addresses(program, "frameless")[0]
+    main_framed, main_frameless = synthetic.return_addresses(program, "main")[:2]
+    return synthetic.make(program, [
+        synthetic.Stack([framed, main_framed], 10, 3000, history=[600, 1200, 1800, 2400, 3000]),
+        synthetic.Stack([frameless, main_frameless], 7, 700, history=[700] * 5),
+        synthetic.Stack([main_framed], 1000, 16000, 1000, 16000, history=[160, 0, 320, 0, 0]),
+    ])
+
+
+@pytest.fixture(scope="module")
+def rep(cap):
+    return model.build(cap, Symbolizer(cap.modules, tool="pyelftools"))
+
+
+def addr2line(program, address: int) -> tuple[str, str, int]:
+    """binutils' answer for a return address (the call before it): function, file, line."""
+    out = subprocess.run(["addr2line", "-f", "-e", str(program), hex(address - 1)],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    file, line = out[1].rsplit(":", 1)
+    return out[0], file, int(line.split()[0])
+
+
+def test_model_sites_frames_and_totals(cap, rep, program):
+    assert [s["outstanding_bytes"] for s in rep["sites"]] == [3000, 700, 0]
+    assert rep["totals"]["outstanding_bytes"] == 3700 and rep["totals"]["alloc_count"] == 1017
+    assert rep["pid"] == 4242 and rep["sites"][0]["operations"] == ["malloc"]
+    for site, stack in zip(rep["sites"], (1, 2, 3)):
+        for f, addr in zip(site["frames"], cap.frames(stack)):
+            function, file, line = addr2line(program, int(addr) - synthetic.BIAS)
+            assert (f["function"], f["line"]) == (function, line), (f, function, line)
+            assert f["file"].endswith(file.rsplit("/", 1)[-1])
+            assert f["module"] == str(program) and f["offset"] == int(addr) - synthetic.BIAS
+    assert [f["function"] for f in rep["sites"][0]["frames"]] == ["framed", "main"]
+    assert [r["outstanding_bytes"] for r in rep["leak_suspects"]][:1] == [3000]
+
+
+def test_text(rep):
+    text = reporters.render("text", None, rep, None, top=2)
+    assert "outstanding 1017 blocks" not in text  # (outstanding is 17)
+    assert "outstanding 17 blocks, 3700 bytes (3.6 KiB)" in text
+    assert "#1 3000 bytes in 10 blocks (10 allocated, 0 freed) [malloc]" in text
+    assert re.search(r"^\s+framed  \S*unwind_framed\.c:\d+$", text, re.M), text
+    assert "#3" not in text  # --top 2
+    assert not RAW_ADDRESS.search(text)
+
+
+def test_collapsed(rep):
+    assert reporters.render("collapsed", None, rep, None).splitlines() == [
+        "main;framed 3000", "main;frameless 700"]
+    assert reporters.render("collapsed", None, rep, None, weight="count").splitlines()[0] == \
+        "main 1000"
+
+
+def test_json_is_the_model(cap, rep):
+    assert json.loads(reporters.render("json", cap, rep, None)) == rep
+
+
+def protobuf(buf: bytes) -> dict:
+    """A protobuf message's fields: number -> [values] (varints as ints, the rest as bytes)."""
+    fields: dict = {}
+    i = 0
+
+    def varint():
+        nonlocal i
+        n = shift = 0
+        while True:
+            b = buf[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return n
+
+    while i < len(buf):
+        key = varint()
+        if key & 7 == 0:
+            value = varint()
+        elif key & 7 == 2:
+            size = varint()
+            value, i = buf[i:i + size], i + size
+        else:
+            raise AssertionError(f"wire type {key & 7}")
+        fields.setdefault(key >> 3, []).append(value)
+    return fields
+
+
+def _packed(b: bytes) -> list:
+    out, n, shift = [], 0, 0
+    for x in b:
+        n |= (x & 0x7F) << shift
+        shift += 7
+        if x < 0x80:
+            out.append(n)
+            n = shift = 0
+    return out
+
+
+def test_pprof(cap, rep):
+    """Go's heap profile: four sample types in Go's order, a sample per site holding bytes,
+    each location's line naming its function."""
+    prof = protobuf(gzip.decompress(reporters.render("pprof", cap, rep, Symbolizer(cap.modules))))
+    strings = [s.decode() for s in prof[6]]
+    types = [(strings[protobuf(t)[1][0]], strings[protobuf(t)[2][0]]) for t in prof[1]]
+    assert types == [("alloc_objects", "count"), ("alloc_space", "bytes"),
+                     ("inuse_objects", "count"), ("inuse_space", "bytes")]
+    functions = {protobuf(f)[1][0]: strings[protobuf(f)[2][0]] for f in prof[5]}
+    locations = {}
+    for loc in prof[4]:
+        fields = protobuf(loc)
+        locations[fields[1][0]] = [functions[protobuf(line)[1][0]] for line in fields[4]]
+    samples = {}
+    for s in prof[2]:
+        fields = protobuf(s)
+        stack = tuple(name for lid in _packed(fields[1][0]) for name in locations[lid])
+        samples[stack] = _packed(fields[2][0])
+    assert samples[("framed", "main")] == [10, 3000, 10, 3000]
+    assert samples[("frameless", "main")] == [7, 700, 7, 700]
+    assert samples[("main",)] == [1000, 16000, 0, 0]
+
+
+def test_otlp(cap, rep):
+    """An export request with one resource (the process), one profile per sample type
+    (in-use space first), samples whose stacks name the functions."""
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+        ExportProfilesServiceRequest)
+    req = ExportProfilesServiceRequest()
+    req.ParseFromString(reporters.render("otlp", cap, rep, Symbolizer(cap.modules),
+                                         labels={"service": "shop"}))
+    d = req.dictionary
+    (resource,) = req.resource_profiles
+    attrs = {a.key: a.value for a in resource.resource.attributes}
+    assert attrs["process.pid"].int_value == 4242 and attrs["service.name"].string_value == "shop"
+    profiles = resource.scope_profiles[0].profiles
+    names = [d.string_table[p.sample_type.type_strindex] for p in profiles]
+    assert names == ["inuse_space", "inuse_objects", "alloc_space", "alloc_objects"]
+
+    def stack_names(index):
+        out = []
+        for li in d.stack_table[index].location_indices:
+            for line in d.location_table[li].lines:
+                out.append(d.string_table[d.function_table[line.function_index].name_strindex])
+        return tuple(out)
+
+    inuse = {stack_names(s.stack_index): list(s.values) for s in profiles[0].samples}
+    assert inuse == {("framed", "main"): [3000], ("frameless", "main"): [700]}
+    allocs = {stack_names(s.stack_index): list(s.values) for s in profiles[3].samples}
+    assert allocs[("main",)] == [1000]
+
+
+def test_html(cap, rep):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no figure drawn from nothing (a log axis of no data)
+        page = reporters.render("html", cap, rep, Symbolizer(cap.modules))
+    assert page.startswith("<!DOCTYPE html>") or page.lstrip().startswith("<")
+    for name in ("framed", "frameless", "main"):
+        assert name in page
+    assert not RAW_ADDRESS.search(re.sub(r"<svg.*?</svg>|data:image/[^\"']*", "", page,
+                                         flags=re.S))
+
+
+def test_every_format_is_registered():
+    assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp"}
+    with pytest.raises(KeyError):
+        reporters.render("yaml", None, {}, None)
