@@ -98,7 +98,7 @@ class Consumer {
   // After the final drain, when frees were dropped: the address table's entry for every live
   // block, read from the target (`mem_fd`: its /proc/PID/mem) one page at a time, reconciles
   // the aggregates (Aggregates::reconcile). False, and nothing changed, when the table cannot
-  // be read (the target has exited, or its hook library predates Control::table).
+  // be read (the target has exited) or was never published.
   bool reconcile(int mem_fd) {
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t table = ctl_->table;

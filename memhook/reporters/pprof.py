@@ -3,7 +3,7 @@ with Go heap-profile sample types: alloc_objects, alloc_space, inuse_objects, in
 
 The protobuf wire format is written directly: the profile needs only varints, packed varints and
 length-delimited fields, which is less than protobuf's runtime plus generated code would bring.
-Go's own pprof reads the result (tests/test_capture.py runs `go tool pprof` on it).
+Go's own pprof reads the result (tests/integration/test_capture.py runs `go tool pprof` on it).
 """
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ import json
 import zlib
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

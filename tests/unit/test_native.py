@@ -31,7 +31,6 @@ def test_consumer_parts(tmp_path):
 def sampled(tmp_path: Path, rate: int, count: int, size: int) -> int:
     """How many of `count` calls of memhook_sample_malloc(size) the real hook library records
     in a segment of sampling mode at `rate` (the harness loads it in-process)."""
-    import math  # noqa: F401
     import os
     import struct
     from importlib import resources
