@@ -11,12 +11,12 @@ class LiveView:
     """What memhook shows while attached: on a terminal a table redrawn in place (top-like),
     otherwise plain lines, every --interval."""
 
-    HISTORY = 20  # samples kept per stack for its growth rate
+    HISTORY = 20  # samples a stack's growth rate is read from (the recorder's latest)
 
-    def __init__(self, session, top: int, tty: bool, label: str = ""):
-        self.session, self.top, self.tty, self.label = session, top, tty, label
+    def __init__(self, session, recorder, top: int, tty: bool, label: str = ""):
+        self.session, self.recorder, self.top, self.tty, self.label = \
+            session, recorder, top, tty, label
         self.t0 = time.monotonic()
-        self.history: dict = {}  # stack -> [(t, bytes)]
         self.last = (self.t0, 0, 0)  # time, allocs, frees
 
     def lines(self, symbolizer) -> list[str]:
@@ -38,14 +38,10 @@ class LiveView:
                 f"{t['dropped_events']} dropped; RSS {human_bytes(mem['rss_bytes'])} "
                 f"(anon {human_bytes(mem['anon_bytes'])})")
         rows = []
-        for i in np.argsort(-out.astype(np.float64))[:self.top]:
-            if out[i] == 0:
-                break
-            hist = self.history.setdefault(int(i), [])
-            hist.append((now - self.t0, float(out[i])))
-            del hist[:-self.HISTORY]
-            growth = analysis.theil_sen(np.array([h[0] for h in hist]),
-                                        np.array([h[1] for h in hist])) * 60
+        shown = [int(i) for i in np.argsort(-out.astype(np.float64))[:self.top] if out[i]]
+        times, series = self.recorder.recent(shown, self.HISTORY)
+        for i in shown:
+            growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
             fr = frames[offsets[i]:offsets[i + 1]]
             where = " <- ".join([frame_name(f.as_dict()) for x in fr[:3]
                                  for f in symbolizer.frames(int(x))][:3])

@@ -32,7 +32,8 @@ class Follower:
     def __init__(self, session, recorder, a, view_label: str = "", symbols: dict | None = None):
         self.session, self.recorder, self.a = session, recorder, a
         self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
-        self.view = LiveView(session, a.top, sys.stdout.isatty() and not view_label, view_label)
+        self.view = LiveView(session, recorder, a.top, sys.stdout.isatty() and not view_label,
+                             view_label)
         self.t0 = time.monotonic()
         self.next_tick = self.t0 + a.interval
         self.first_checkpoint = self.t0 + min(1.0, a.interval)  # a capture cut off early

@@ -45,7 +45,7 @@ struct LoggedEvent {
 
 struct Site {
   uint64_t alloc_count = 0, alloc_bytes = 0, free_count = 0, free_bytes = 0;
-  uint64_t out_count = 0, out_bytes = 0, op_mask = 0;
+  uint64_t op_mask = 0;
   // Behaviour: who freed (the allocating thread or another), and heaptrack's "temporary":
   // freed before its thread allocated anything else.
   uint64_t freed_same_thread = 0, freed_other_thread = 0, temporary = 0;
@@ -56,6 +56,13 @@ struct Site {
   // Sampling mode: each sampled block stands for 1/P blocks (P its chance of being sampled).
   double est_alloc_count = 0, est_alloc_bytes = 0, est_free_count = 0, est_free_bytes = 0;
   double est_uncertain_count = 0, est_uncertain_bytes = 0;
+};
+
+// What a site reports: its counts, outstanding = allocated - freed (estimated from the samples
+// in sampling mode, exact otherwise). Derived when asked, never stored beside what it comes from.
+struct Counts {
+  uint64_t alloc_count, alloc_bytes, free_count, free_bytes, out_count, out_bytes, op_mask;
+  uint64_t uncertain_count, uncertain_bytes;
 };
 
 // What the address table says of a live block's pointer (reconcile).
@@ -157,8 +164,6 @@ class Aggregates {
     s.alloc_count++;
     s.alloc_bytes += e.size;
     add_estimate(s.est_alloc_count, s.est_alloc_bytes, e.size);
-    s.out_count++;
-    s.out_bytes += e.size;
     s.op_mask |= uint64_t(1) << e.op;
   }
 
@@ -191,19 +196,16 @@ class Aggregates {
   }
 
   // A site's counts, estimated from the samples in sampling mode (exact otherwise).
-  Site estimated(const Site& s) const {
-    if (sample_rate_ <= 0) return s;
-    Site e = s;
+  Counts counts(const Site& s) const {
+    if (sample_rate_ <= 0)
+      return {s.alloc_count, s.alloc_bytes, s.free_count, s.free_bytes,
+              s.alloc_count - s.free_count, s.alloc_bytes - s.free_bytes, s.op_mask,
+              s.uncertain_count, s.uncertain_bytes};
     auto whole = [](double v) { return v > 0 ? (uint64_t)std::llround(v) : uint64_t(0); };
-    e.alloc_count = whole(s.est_alloc_count);
-    e.alloc_bytes = whole(s.est_alloc_bytes);
-    e.free_count = whole(s.est_free_count);
-    e.free_bytes = whole(s.est_free_bytes);
-    e.out_count = whole(s.est_alloc_count - s.est_free_count);
-    e.out_bytes = whole(s.est_alloc_bytes - s.est_free_bytes);
-    e.uncertain_count = whole(s.est_uncertain_count);
-    e.uncertain_bytes = whole(s.est_uncertain_bytes);
-    return e;
+    return {whole(s.est_alloc_count), whole(s.est_alloc_bytes), whole(s.est_free_count),
+            whole(s.est_free_bytes), whole(s.est_alloc_count - s.est_free_count),
+            whole(s.est_alloc_bytes - s.est_free_bytes), s.op_mask,
+            whole(s.est_uncertain_count), whole(s.est_uncertain_bytes)};
   }
 
   const std::vector<Site>& sites() const { return sites_; }  // by stack id
@@ -267,8 +269,6 @@ class Aggregates {
     s.free_count++;
     s.free_bytes += size;
     add_estimate(s.est_free_count, s.est_free_bytes, size);
-    s.out_count--;
-    s.out_bytes -= size;
   }
 
   // Sampling mode: a sampled block of `size` stands for 1 / P(sampled) blocks in the estimates

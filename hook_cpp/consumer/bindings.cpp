@@ -8,6 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "area_writer.h"
@@ -34,14 +35,21 @@ const HookInfo kHooks[] = {
 #undef HOOK
 };
 
-// Site fields as numpy columns named `names`, one row per stack id.
+// Per-site fields as numpy columns named `names`, one row per stack id: of each site's Counts
+// (outstanding derived, estimated in sampling mode), or of the Site itself (its behaviour).
+template <class Row>
 void site_columns(const Aggregates& a, py::dict& d, std::initializer_list<const char*> names,
-                  std::initializer_list<uint64_t Site::*> fields) {
+                  std::initializer_list<uint64_t Row::*> fields) {
   auto name = names.begin();
-  for (uint64_t Site::*field : fields) {
+  for (uint64_t Row::*field : fields) {
     py::array_t<uint64_t> col(a.sites().size());
     auto v = col.mutable_unchecked<1>();
-    for (size_t i = 0; i < a.sites().size(); i++) v(i) = a.estimated(a.sites()[i]).*field;
+    for (size_t i = 0; i < a.sites().size(); i++) {
+      if constexpr (std::is_same_v<Row, Counts>)
+        v(i) = a.counts(a.sites()[i]).*field;
+      else
+        v(i) = a.sites()[i].*field;
+    }
     d[*name++] = col;
   }
 }
@@ -49,10 +57,10 @@ void site_columns(const Aggregates& a, py::dict& d, std::initializer_list<const 
 py::dict totals(const Consumer& c) {
   auto lock = c.lock();
   const Aggregates& a = c.aggregates();
-  Site t;
+  Counts t{};
   uint64_t samples = 0;
   for (const Site& raw : a.sites()) {
-    const Site s = a.estimated(raw);
+    const Counts s = a.counts(raw);
     samples += raw.alloc_count;
     t.alloc_count += s.alloc_count;
     t.alloc_bytes += s.alloc_bytes;
@@ -93,9 +101,9 @@ py::dict sites(const Consumer& c) {
   site_columns(c.aggregates(), d,
                {"alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
                 "outstanding_bytes", "op_mask", "uncertain_count", "uncertain_bytes"},
-               {&Site::alloc_count, &Site::alloc_bytes, &Site::free_count, &Site::free_bytes,
-                &Site::out_count, &Site::out_bytes, &Site::op_mask, &Site::uncertain_count,
-                &Site::uncertain_bytes});
+               {&Counts::alloc_count, &Counts::alloc_bytes, &Counts::free_count,
+                &Counts::free_bytes, &Counts::out_count, &Counts::out_bytes, &Counts::op_mask,
+                &Counts::uncertain_count, &Counts::uncertain_bytes});
   return d;
 }
 

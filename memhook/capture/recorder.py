@@ -154,6 +154,33 @@ class Recorder:
         cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
         return cap
 
+    def recent(self, stacks, n: int) -> tuple[np.ndarray, dict]:
+        """The times of the last `n` ticks held, and each of `stacks`' outstanding bytes at
+        them (from the ticks' changes: a stack's value holds until it next changes)."""
+        window = self.ticks[-n:]
+        times = np.array([row["time_s"] for row, _ in window], np.float64)
+        start = times[0] if len(times) else 0.0
+        changes: dict = {int(s): [] for s in stacks}  # newest first: (time, bytes)
+        open_ = set(changes)  # stacks with no change found at or before the window's start
+        for _, chunk in reversed(self.ticks):
+            if not open_:
+                break
+            at = chunk["stk_time_s"][0] if len(chunk["stk_time_s"]) else None
+            for s in list(open_):
+                hit = np.flatnonzero(chunk["stk_id"] == s)
+                if len(hit):
+                    changes[s].append((float(at), float(chunk["stk_bytes"][hit[-1]])))
+                    if at <= start:
+                        open_.discard(s)
+        series = {}
+        for s, ch in changes.items():
+            ch.reverse()
+            t = np.array([c[0] for c in ch], np.float64)
+            v = np.array([c[1] for c in ch], np.float64)
+            i = np.searchsorted(t, times, side="right") - 1
+            series[s] = np.where(i >= 0, v[np.maximum(i, 0)] if len(v) else 0.0, 0.0)
+        return times, series
+
     def held_series(self) -> dict:
         """The time series held for the final report (TSER's columns)."""
         series = {k: np.asarray([row[k] for row, _ in self.ticks])
