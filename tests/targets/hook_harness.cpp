@@ -2,14 +2,7 @@
 // the test formatted, and calls its entry points directly, so that the test can read the very
 // records memhook_hook_malloc and memhook_hook_free wrote. Prints what it did, one line each.
 //   hook_harness LIBRARY SEGMENT
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include "segment.h"
+#include "load_hook_library.h"
 
 using Malloc = void* (*)(size_t);
 using Free = void (*)(void*);
@@ -29,25 +22,11 @@ __attribute__((noinline)) static void* mid(size_t n) {
 
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
-  // What memhook's attach would have written: the real functions and the target's pid.
-  int fd = open(argv[2], O_RDWR);
-  auto* c = (memhook::Control*)mmap(nullptr, sizeof(memhook::Control), PROT_READ | PROT_WRITE,
-                                    MAP_SHARED, fd, 0);
-  if (c == MAP_FAILED) return 3;
-  c->real[1] = (uint64_t)&malloc;  // hooks.def ids
-  c->real[18] = (uint64_t)&free;
-  c->target_pid = (uint64_t)getpid();
-  munmap(c, sizeof(memhook::Control));
-  close(fd);
-  void* lib = dlopen(argv[1], RTLD_NOW);
-  if (!lib) {
-    printf("dlopen %s\n", dlerror());
-    return 4;
-  }
-  auto start = (int (*)(const char*))dlsym(lib, "memhook_start");
+  printf("leaf %#lx\n", (unsigned long)(void*)&leaf);
+  void* lib = load_hook_library(argv[1], argv[2]);
+  if (!lib) return 4;
   hook_malloc = (Malloc)dlsym(lib, "memhook_hook_malloc");
   auto hook_free = (Free)dlsym(lib, "memhook_hook_free");
-  printf("leaf %#lx\nstart %d\n", (unsigned long)(void*)&leaf, start(argv[2]));
   // From one call site: the first is walked (frames in its record, the stack kept in a slot),
   // the second repeats that stack (memhook_hook_malloc's own 3-word record), the third gets
   // the second's block back from the allocator after its free, so it depends on that free.

@@ -19,6 +19,8 @@ BIAS = 0x555555554000
 
 
 def compile_program(where: Path) -> Path:
+    """tests/unit/native/unwind_framed.c with frame pointers and unwind_frameless.c without,
+    linked into one program."""
     objs = []
     for src, fp in (("unwind_framed.c", "-fno-omit-frame-pointer"),
                     ("unwind_frameless.c", "-fomit-frame-pointer")):

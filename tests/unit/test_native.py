@@ -113,15 +113,8 @@ RSP, RBP, SAVED = 1, 2, 1
 def test_unwind_rows_of_a_known_object(tmp_path):
     """Rows built from a file whose code is known: each rule holds from the instruction after
     the one that changed the frame, as the disassembly shows it."""
-    objs = []
-    for src, fp in (("unwind_framed.c", "-fno-omit-frame-pointer"),
-                    ("unwind_frameless.c", "-fomit-frame-pointer")):
-        obj = tmp_path / (Path(src).stem + ".o")
-        subprocess.run(["gcc", "-O2", "-g", fp, "-c", str(NATIVE / src), "-o", str(obj)],
-                       check=True)
-        objs.append(str(obj))
-    exe = tmp_path / "known"
-    subprocess.run(["gcc", *objs, "-o", str(exe)], check=True)
+    import synthetic
+    exe = synthetic.compile_program(tmp_path)
     table = rules(exe)
 
     code = instructions(exe, "framed")
