@@ -6,21 +6,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _native
+
 
 @dataclass(frozen=True)
 class Arch:
     name: str
     # relocation type -> the name memhook reports: those that hold a function's address
     slot_relocations: dict
-    absolute: int       # of those, the one that holds it only with a zero addend
+    zero_addend: frozenset  # of those, the ones that hold it only with a zero addend
     red_zone: int       # bytes below the stack pointer a leaf function may use
     stack_align: int
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
 
 
-X86_64 = Arch("x86-64", slot_relocations={1: "R_X86_64_64", 6: "GLOB_DAT", 7: "JUMP_SLOT"},
-              absolute=1, red_zone=128, stack_align=16)
+# The relocations come from hook_cpp/arch/x86_64/arch.h (through the consumer module), the one
+# list the hook library's late patching uses too.
+X86_64 = Arch("x86-64",
+              slot_relocations={t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()},
+              zero_addend=frozenset(t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z),
+              red_zone=128, stack_align=16)
 
 BY_MACHINE = {"EM_X86_64": X86_64}
 

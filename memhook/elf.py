@@ -199,8 +199,9 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         types = rela["info"] & 0xFFFFFFFF
         syms = rela["info"] >> 32
         kinds = np.fromiter(cpu.slot_relocations, dtype=np.uint64)
+        needs_zero = np.fromiter(cpu.zero_addend, dtype=np.uint64)
         keep = np.isin(syms, np.fromiter(index_of, dtype=np.uint64)) & np.isin(types, kinds) & (
-            (types != cpu.absolute) | (rela["addend"] == 0))
+            ~np.isin(types, needs_zero) | (rela["addend"] == 0))
         # The pages glibc makes read-only after relocation (_dl_protect_relro).
         relro = [(obj.bias + (h.p_vaddr & ~(PAGE - 1)),
                   obj.bias + ((h.p_vaddr + h.p_memsz) & ~(PAGE - 1)))

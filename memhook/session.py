@@ -164,7 +164,8 @@ class Session:
                                abandon_after_s=self.options.abandon_after_s,
                                # tests run the SSE4.1 comparison on CPUs with AVX-512 too
                                no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1",
-                               unwind_bytes=self.unwind.area_bytes())
+                               unwind_bytes=self.unwind.area_bytes(),
+                               slots=self._plan(layout))
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
         copy = None
@@ -172,15 +173,10 @@ class Session:
             copy = None if base else LibraryCopy(
                 self.info, library, (self.options.library_dir,) if self.options.library_dir
                 else LIBRARY_DIRS)
-            plt = {o.path: o.plt or [(o.lo, o.hi)] for o in layout.objects}
             text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
             request = AttachRequest(
                 pid=self.pid, lib_base=base, library=copy.target_path if copy else "",
                 segment=self.segment.target_path, symbols=symbols,
-                slots=[[s.addr, symbols[hooks.entry_symbol(s.symbol, self.options.sample_rate,
-                                                           self.options.size_filter)],
-                        layout.real.get(s.hook_id, 0), plt[s.module], s.hook_id, s.readonly]
-                       for s in layout.slots],
                 dlopen=layout.dlopen, dlerror=layout.dlerror, munmap=layout.munmap,
                 dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
                 malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
@@ -194,6 +190,16 @@ class Session:
             self.segment.unlink()
             raise
         return AttachPlan(layout, request, copy, self.segment)
+
+    @staticmethod
+    def _plan(layout) -> list:
+        """The slots the hook library is to patch (hook_library/slots.h decides, the target
+        stopped): address, hook id, real function, the object's PLT (where a slot not yet bound
+        points; the whole object where it has none), read-only."""
+        plt = {o.path: (min(lo for lo, _ in o.plt), max(hi for _, hi in o.plt)) if o.plt
+               else (o.lo, o.hi) for o in layout.objects}
+        return [(s.addr, s.hook_id, layout.real.get(s.hook_id, 0), *plt[s.module], s.readonly)
+                for s in layout.slots[:_native.MAX_SLOTS]]
 
     def start(self, plan: "AttachPlan", result: dict) -> dict:
         """After the way in: what it patched and left alone, and the session's clock."""
@@ -211,8 +217,9 @@ class Session:
         hooked = {(by_addr[p[0]].module, by_addr[p[0]].symbol) for p in self.patched
                   if p[0] in by_addr}
         plts = [(lo, hi, o.path) for o in layout.objects for lo, hi in o.plt]
+        # A slot holding 0 is an unresolved weak reference: nothing calls through it.
         self.skipped = [(by_addr[addr], value) for addr, value in result["skipped"]
-                        if not (value is not None and any(
+                        if value != 0 and not (value is not None and any(
                             lo <= value < hi and (path, by_addr[addr].symbol) in hooked
                             for lo, hi, path in plts))]
         self.started_at = time.time()
@@ -284,8 +291,7 @@ class Session:
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
-                                    symbols=elf.exported_offsets(hook_library()),
-                                    slots=self.patched)
+                                    symbols=elf.exported_offsets(hook_library()))
             try:
                 result = (self.way_in or GdbWayIn()).detach(request)
             except TargetError as e:

@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 11;
+constexpr uint32_t kVersion = 12;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -36,18 +36,28 @@ enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
 // value is 1: the malloc hook compares the mode, with the session's generation, against a
 // thread's (generation, recursion guard), so only "every call, guard clear" may compare equal.
 enum Mode : int32_t { kEvery = 0, kSelective = 2 /* a size filter or sampling */, kOff = 3 };
-enum SlotState : uint32_t { kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2 };
+// A slot's state: memhook plans it (kSlotPlanned), the hook library patches it or leaves it alone
+// (kSlotSkipped, kSlotUnreadable), and restores it (kSlotRestored); a late slot whose library
+// was unloaded is kSlotGone (hook_library/slots.h).
+enum SlotState : uint32_t {
+  kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2, kSlotPlanned = 3, kSlotSkipped = 4,
+  kSlotUnreadable = 5, kSlotRestored = 6
+};
 
-// A patched GOT/data slot: by memhook through GDB (Control::slots) or by the target itself for a
-// library dlopen'ed after attach (Control::late). memhook restores both on detach; the target
-// restores both itself if memhook dies.
+// A GOT/data slot of a hooked function: planned by memhook (Control::slots) and patched by the
+// hook library at attach, or found by the library itself in a library dlopen'ed after attach
+// (Control::late). Detach restores both; so does the target itself if memhook dies.
 struct PatchedSlot {
   uint64_t addr;
-  uint64_t original;
+  uint64_t original;  // planned: the real function (0: unknown); then what the slot held
   uint64_t hook;
   uint32_t hook_id;
   uint16_t state;     // SlotState
   uint16_t readonly;  // in a RELRO page: writable only through mprotect
+};
+// Of a planned slot (Control::lazy): its object's PLT, where a slot not yet bound points.
+struct LazyRange {
+  uint64_t lo, hi;
 };
 
 struct alignas(64) Control {
@@ -80,7 +90,7 @@ struct alignas(64) Control {
   alignas(64) uint64_t heartbeat_ns;
   uint64_t abandon_after_ns;
   uint32_t abandoned;  // set by the target once it restored its slots
-  uint32_t nslots;     // entries of `slots`, written by memhook's agent while the target is stopped
+  uint32_t nslots;     // entries of `slots`: memhook's plan, patched by memhook_patch()
   PatchedSlot slots[kMaxSlots];
 
   // Written by the target.
@@ -93,6 +103,10 @@ struct alignas(64) Control {
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
   uint64_t dropped_frees_no_ring;        // of which frees
   alignas(64) PatchedSlot late[kMaxLateSlots];
+
+  // Written by memhook before injection, beside `slots` (last, so that the fields the hooks
+  // read keep their offsets).
+  LazyRange lazy[kMaxSlots];
 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the

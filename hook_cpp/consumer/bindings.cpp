@@ -266,12 +266,30 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("symbol"), py::arg("sample_rate"), py::arg("size_filter"),
       "The hook library's entry a slot of `symbol` gets (common/routing.h).");
-  m.def("format_segment", &format_segment, py::arg("fd"), py::arg("nrings"),
-        py::arg("ring_bytes"), py::arg("depth"), py::arg("clock"), py::arg("min_size"),
-        py::arg("max_size"), py::arg("pid"), py::arg("real"), py::arg("known"),
-        py::arg("abandon_after_s"), py::arg("sample_rate") = 0,
-        py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0, py::arg("owner_pid") = 0,
-        py::arg("owner_start") = 0);
+  m.def(
+      "format_segment",
+      [](int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
+         uint64_t min_size, uint64_t max_size, uint64_t pid,
+         const std::unordered_map<int, uint64_t>& real, const std::vector<uint64_t>& known,
+         double abandon_after_s, uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes,
+         uint64_t owner_pid, uint64_t owner_start,
+         const std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t, uint64_t, bool>>&
+             slots) {
+        std::vector<PlannedSlot> plan;
+        for (auto& [addr, id, real_fn, lo, hi, ro] : slots)
+          plan.push_back(PlannedSlot{addr, id, real_fn, lo, hi, ro});
+        format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size, pid, real,
+                       known, abandon_after_s, sample_rate, no_avx512, unwind_bytes, owner_pid,
+                       owner_start, plan);
+      },
+      py::arg("fd"), py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
+      py::arg("clock"), py::arg("min_size"), py::arg("max_size"), py::arg("pid"),
+      py::arg("real"), py::arg("known"), py::arg("abandon_after_s"),
+      py::arg("sample_rate") = 0, py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0,
+      py::arg("owner_pid") = 0, py::arg("owner_start") = 0,
+      py::arg("slots") = std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t, uint64_t, bool>>{},
+      "Size and fill a new segment; `slots`: (address, hook id, real function, PLT lo, PLT hi, "
+      "read-only) of each slot to patch (the hook library decides, target stopped).");
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
@@ -337,6 +355,12 @@ PYBIND11_MODULE(_native, m) {
                                     py::arg("free") = int(kFree), py::arg("realloc") = int(kRealloc),
                                     py::arg("nop") = int(kNop), py::arg("time") = int(kTime),
                                     py::arg("thread") = int(kThread));
+  {
+    py::dict relocs;  // type -> (name, only with addend 0): arch.h's, for memhook/arch.py
+    for (const arch::SlotRelocation& r : arch::kSlotRelocations)
+      relocs[py::int_(r.type)] = py::make_tuple(r.name, r.zero_addend);
+    m.attr("SLOT_RELOCATIONS") = relocs;
+  }
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;
@@ -360,6 +384,12 @@ PYBIND11_MODULE(_native, m) {
 #undef FIELD
   m.attr("SLOT_FIELDS") = slot_fields;
   m.attr("SLOT_PATCHED") = (int)kSlotPatched;
+  m.attr("SLOT_STATES") = py::dict(py::arg("planned") = (int)kSlotPlanned,
+                                   py::arg("patched") = (int)kSlotPatched,
+                                   py::arg("skipped") = (int)kSlotSkipped,
+                                   py::arg("unreadable") = (int)kSlotUnreadable,
+                                   py::arg("restored") = (int)kSlotRestored,
+                                   py::arg("gone") = (int)kSlotGone);
   m.attr("MAX_SLOTS") = kMaxSlots;
   m.attr("MAX_LATE_SLOTS") = kMaxLateSlots;
   m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);

@@ -18,19 +18,31 @@
 
 namespace memhook {
 
+// A slot memhook found and wants patched (hook_library/slots.h decides, with the target stopped).
+struct PlannedSlot {
+  uint64_t addr;
+  uint32_t hook_id;
+  uint64_t real;               // the real function, 0 if unknown
+  uint64_t lazy_lo, lazy_hi;   // its object's PLT
+  bool readonly;               // in a RELRO page
+};
+
 // Size and fill a new segment file (created by Python with O_EXCL, owner-only).
 inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
                     const std::unordered_map<int, uint64_t>& real,
                     const std::vector<uint64_t>& known, double abandon_after_s,
                     uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes,
-                    uint64_t owner_pid, uint64_t owner_start) {
+                    uint64_t owner_pid, uint64_t owner_start,
+                    const std::vector<PlannedSlot>& plan = {}) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
     throw std::invalid_argument("ring size must be a power of two of at least 4096 bytes");
   if (depth < 1 || depth > (uint32_t)kMaxDepth)
     throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
+  if (plan.size() > (size_t)kMaxSlots)
+    throw std::invalid_argument("more than " + std::to_string(kMaxSlots) + " slots to patch");
   if (unwind_bytes > kMaxUnwindBytes || unwind_bytes % 4096)
     throw std::invalid_argument("unwind area must be a multiple of 4096 bytes, at most 1 GiB");
   const size_t at = unwind_offset(nrings, ring_bytes, depth);
@@ -66,6 +78,13 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
     if (id > 0 && id < kMaxHooks) c->real[id] = addr;
   c->nknown = (uint32_t)std::min<size_t>(known.size(), kMaxKnownObjects);
   for (uint32_t i = 0; i < c->nknown; i++) c->known_bases[i] = known[i];
+  for (size_t i = 0; i < plan.size(); i++) {
+    const PlannedSlot& p = plan[i];
+    c->slots[i] = PatchedSlot{p.addr, p.real, 0, p.hook_id, (uint16_t)kSlotPlanned,
+                              (uint16_t)p.readonly};
+    c->lazy[i] = LazyRange{p.lazy_lo, p.lazy_hi};
+  }
+  c->nslots = (uint32_t)plan.size();
   __atomic_store_n(&c->magic, kMagic, __ATOMIC_RELEASE);
   munmap(m, sizeof(Control));
 }

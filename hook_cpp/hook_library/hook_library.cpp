@@ -46,6 +46,7 @@ using namespace memhook;
 #include "unwinder.h"         // one frame at a time, by the rows memhook built
 #include "frame_walk.h"       // the backtrace, kept for the next allocation from there
 #include "records.h"          // the records' words
+#include "slots.h"            // which slots hold their original; patch, restore
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)

@@ -11,8 +11,6 @@ Known g_known[kMaxKnownObjects];
 uint32_t g_nknown;
 int g_scan_lock;  // only the dlopen/dlclose hooks take it, never an allocation hook
 
-void* g_hook_fn[kMaxHooks];
-
 bool known(uintptr_t base) {
   for (uint32_t i = 0; i < g_nknown; i++)
     if (g_known[i].base == base) return true;
@@ -36,15 +34,6 @@ void note_late_slot(uint64_t addr, uint64_t original, uint64_t hook, int id, boo
   s.readonly = readonly;
   __atomic_store_n(&s.state, (uint16_t)kSlotPatched, __ATOMIC_RELEASE);
   __atomic_store_n(&g_ctl->nlate, i + 1, __ATOMIC_RELEASE);
-}
-
-// One 8-byte store into a slot, through mprotect when the slot's page is read-only (RELRO).
-bool write_slot(uint64_t* slot, uint64_t value, bool readonly) {
-  uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
-  if (readonly && mprotect((void*)page, 4096, PROT_READ | PROT_WRITE) != 0) return false;
-  __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-  if (readonly) mprotect((void*)page, 4096, PROT_READ);
-  return true;
 }
 
 // What the dynamic linker would bind `symbol` to for this object. These calls go through the
@@ -95,9 +84,7 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
     for (size_t i = 0; tables[k] && i < counts[k]; i++) {
       const ElfW(Rela)& r = tables[k][i];
       uint32_t type = ELF64_R_TYPE(r.r_info);
-      if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_X86_64_64)
-        continue;
-      if (type == R_X86_64_64 && r.r_addend != 0) continue;
+      if (!arch::slot_relocation(type, r.r_addend)) continue;
       const ElfW(Sym)& s = symtab[ELF64_R_SYM(r.r_info)];
       int id = hook_id_of(strtab + s.st_name);
       if (!id) continue;
@@ -116,7 +103,7 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
                                       __ATOMIC_RELAXED);
       }
       // Only a slot still holding the real function or a lazy PLT target in this object.
-      if (!g_real[id] || !(cur == (uint64_t)g_real[id] || (cur >= lo && cur < hi))) continue;
+      if (!g_real[id] || !holds_original(cur, (uint64_t)g_real[id], lo, hi)) continue;
       uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
       bool ro = page >= relro_lo && page < relro_hi;
       if (!write_slot(slot, hook, ro)) continue;

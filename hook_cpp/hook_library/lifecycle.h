@@ -9,17 +9,6 @@ namespace {
 
 void forked_child() { g_session.mode = kOff; }  // the child must not write into the parent's rings
 
-void restore_slots(PatchedSlot* slots, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++) {
-    PatchedSlot& s = slots[i];
-    if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != kSlotPatched) continue;
-    uint64_t* slot = (uint64_t*)s.addr;
-    if (__atomic_load_n(slot, __ATOMIC_RELAXED) == s.hook &&
-        write_slot(slot, s.original, s.readonly))
-      __atomic_store_n(&s.state, (uint16_t)kSlotEmpty, __ATOMIC_RELEASE);
-  }
-}
-
 int g_abandoning;
 
 // memhook stopped beating: pass everything through, put every slot back, give the rings' pages
@@ -29,8 +18,8 @@ __attribute__((noinline)) void abandon() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   lock_scan();
-  restore_slots(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
-  restore_slots(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
+  restore_slots<false>(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
+  restore_slots<false>(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
   const size_t rings = rings_offset();
   g_unwind = nullptr;
@@ -175,9 +164,23 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   return 0;
 }
 
-// Patch libraries that appeared between memhook's scan and its attach.
-extern "C" __attribute__((visibility("default"))) int memhook_rescan() {
+// After memhook_start, with every thread stopped: patch memhook's plan (slots.h), then the
+// libraries that appeared between memhook's scan and its attach. Returns the late slots
+// patched, or -1 when no session is armed.
+extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   if (!active()) return -1;
+  patch_planned(g_ctl);
   rescan_loaded();
   return (int)g_ctl->nlate;
+}
+
+// Detach, with every thread stopped: every hook passes straight through, and every slot that
+// still holds its hook gets its original back (slots.h). Takes no lock: a stopped thread may
+// hold any. Returns the slots restored.
+extern "C" __attribute__((visibility("default"))) int memhook_stop() {
+  __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
+  Control* c = g_ctl;
+  if (!c) return 0;
+  return (int)(restore_slots<true>(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots)) +
+               restore_slots<true>(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots)));
 }

@@ -5,6 +5,7 @@
 #include "cfi_rows.h"
 
 #include "arch.h"
+#include "plt_rows.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -164,34 +165,10 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
   return rule(kind, uint32_t(off / 8), rbp, slot);
 }
 
-// PLT stubs by their code. A .plt.sec or .plt.got stub is a jump through the GOT: the CFA is
-// rsp + 8 throughout. A .plt stub pushes a relocation index and jumps to PLT0, which pushes one
-// more word: rsp + 8 before the push, + 16 after it, + 24 in PLT0 after its own push.
+// PLT stubs by their code (the processor's: arch/x86_64/plt_rows.h).
 void plt_spans(const Sections::Plt& p, std::vector<Span>* out) {
-  if (!p.lazy) {
-    out->push_back({p.addr, p.addr + p.size, rule(kRowRsp, 1)});
-    return;
-  }
-  static const uint8_t endbr64[] = {0xf3, 0x0f, 0x1e, 0xfa};
-  for (uint64_t at = 0; at + 16 <= p.size; at += 16) {
-    const uint8_t* b = p.bytes + at;
-    const uint64_t pc = p.addr + at;
-    const int skip = memcmp(b, endbr64, 4) == 0 ? 4 : 0;
-    if (at == 0 && b[skip] == 0xff && b[skip + 1] == 0x35) {  // PLT0: push GOT[1]
-      out->push_back({pc, pc + skip + 6, rule(kRowRsp, 2)});
-      out->push_back({pc + skip + 6, pc + 16, rule(kRowRsp, 3)});
-      continue;
-    }
-    int push = -1;  // where `push $index` is
-    if (skip && b[4] == 0x68) push = 4;
-    else if (b[0] == 0xff && b[1] == 0x25 && b[6] == 0x68) push = 6;
-    if (push < 0) {
-      out->push_back({pc, pc + 16, rule(kRowStop)});
-      continue;
-    }
-    out->push_back({pc, pc + push + 5, rule(kRowRsp, 1)});
-    out->push_back({pc + push + 5, pc + 16, rule(kRowRsp, 2)});
-  }
+  arch::plt_rows(p.addr, p.size, p.bytes, p.lazy,
+                 [out](uint64_t lo, uint64_t hi, uint32_t r) { out->push_back({lo, hi, r}); });
 }
 
 // Sorted, non-overlapping spans (later spans win where they overlap earlier ones: PLT rows
@@ -301,8 +278,8 @@ CfiRows cfi_rows(const std::string& path) {
   f.elf = elf_begin(f.fd, ELF_C_READ_MMAP, nullptr);
   GElf_Ehdr eh;
   if (!f.elf || elf_kind(f.elf) != ELF_K_ELF || !gelf_getehdr(f.elf, &eh) ||
-      gelf_getclass(f.elf) != ELFCLASS64 || eh.e_machine != EM_X86_64) {
-    out.problem = "not an x86-64 ELF file";
+      gelf_getclass(f.elf) != ELFCLASS64 || eh.e_machine != arch::kElfMachine) {
+    out.problem = std::string("not an ") + arch::kName + " ELF file";
     return out;
   }
   const Sections s = find_sections(f.elf);

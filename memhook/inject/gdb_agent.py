@@ -45,50 +45,28 @@ class Scratch:
         gdb.execute("set %s = %d" % (self.sp_reg, self.sp))
 
 
-def record_slot(ctl, P, index, **fields):
-    """The target's copy of what was patched (a PatchedSlot, laid out as P["layout"]["slot_fields"] says),
-    so that it can restore itself if memhook dies."""
-    record = bytearray(P["layout"]["slot_bytes"])
-    for name, value in fields.items():
-        offset, size = P["layout"]["slot_fields"][name]
-        record[offset:offset + size] = int(value).to_bytes(size, "little")
-    INF.write_memory(ctl + P["layout"]["slots_offset"] + index * P["layout"]["slot_bytes"], bytes(record))
-
-
 def slot_field(at, P, name):
     offset, size = P["layout"]["slot_fields"][name]
     return rd(at + offset, size)
 
 
-def patch(P, base, out):
+def slots_found(P, base):
+    """What the hook library did with each slot (hook_library/slots.h): (address, state,
+    original, hook) of the planned slots, then of the late ones."""
+    L = P["layout"]
     ctl = rd(base + P["symbols"]["memhook_ctl"])
-    patched, skipped = [], []
-    try:
-        for addr, hook_off, real, plt, hook_id, readonly in P["slots"]:
-            try:
-                cur = rd(addr)
-            except gdb.MemoryError:
-                skipped.append([addr, None])
-                continue
-            hook = base + hook_off
-            if cur == hook and real:
-                cur = real  # hooked by an earlier memhook that died: restore to the real one
-            if cur == real or any(lo <= cur < hi for lo, hi in plt):
-                if len(patched) >= P["layout"]["max_slots"]:
-                    skipped.append([addr, cur])
-                    continue
-                record_slot(ctl, P, len(patched), addr=addr, original=cur, hook=hook,
-                            hook_id=hook_id, state=P["layout"]["slot_patched"], readonly=readonly)
-                wr(addr, hook)
-                patched.append([addr, cur, hook])
-            else:
-                skipped.append([addr, cur])
-        wr(ctl + P["layout"]["nslots_offset"], len(patched), 4)
-    except BaseException:
-        for addr, original, _ in patched:  # leave nothing half-done
-            wr(addr, original)
-        raise
-    out["patched"], out["skipped"] = patched, skipped
+    if not ctl:
+        return [], []
+    out = []
+    for count_at, first_at, most in ((L["nslots_offset"], L["slots_offset"], L["max_slots"]),
+                                     (L["nlate_offset"], L["late_offset"], L["max_late"])):
+        n = min(rd(ctl + count_at, 4), most)
+        rows = []
+        for i in range(n):
+            at = ctl + first_at + i * L["slot_bytes"]
+            rows.append(tuple(slot_field(at, P, f) for f in ("addr", "state", "original", "hook")))
+        out.append(rows)
+    return out
 
 
 def pick_thread(P):
@@ -176,41 +154,50 @@ def do_attach(P, out):
         if rc != 0:
             raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
         try:
-            patch(P, base, out)
-            out["late"] = call("int(*)(void)", base + sym["memhook_rescan"])
+            # The hook library patches memhook's plan, then libraries loaded since the scan.
+            out["late"] = call("int(*)(void)", base + sym["memhook_patch"])
+            if out["late"] < 0:
+                raise RuntimeError("the hook library has no session to patch the slots for")
+            states = P["layout"]["slot_states"]
+            planned, _ = slots_found(P, base)
+            out["patched"] = [[a, orig, hook] for a, st, orig, hook in planned
+                              if st == states["patched"]]
+            out["skipped"] = [[a, None if st == states["unreadable"] else orig]
+                              for a, st, orig, hook in planned if st != states["patched"]]
         except BaseException:
-            wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
+            leave_nothing_patched(P, base)
             raise
     finally:
         scratch.close()
 
 
+def leave_nothing_patched(P, base):
+    """An attach that failed after patching: the hook library puts every slot back (its own
+    routine, as at detach); if even that call fails, its hooks at least pass straight through."""
+    try:
+        call("int(*)(void)", base + P["symbols"]["memhook_stop"])
+    except Exception:  # noqa: BLE001
+        wr(base + P["symbols"]["memhook_active"], P["layout"]["mode_off"], 4)
+
+
 def do_detach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
-    wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)  # every hook passes straight through now
-    slots = [tuple(s) for s in P["slots"]]
-    ctl = rd(base + sym["memhook_ctl"])
-    if ctl:
-        nlate = min(rd(ctl + P["layout"]["nlate_offset"], 4), P["layout"]["max_late"])
-        for i in range(nlate):
-            at = ctl + P["layout"]["late_offset"] + i * P["layout"]["slot_bytes"]
-            addr, original, hook, state = (slot_field(at, P, f) for f in
-                                           ("addr", "original", "hook", "state"))
-            if state == P["layout"]["slot_patched"]:  # still patched, object still loaded
-                slots.append((addr, original, hook))
+    # Every hook passes straight through from here on, whatever happens next.
+    wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
+    # The hook library restores every slot that still holds its hook (hook_library/slots.h).
+    call("int(*)(void)", base + sym["memhook_stop"])
+    states = P["layout"]["slot_states"]
     restored, changed = [], []
-    for addr, original, hook in slots:
-        try:
-            cur = rd(addr)
-        except gdb.MemoryError:
-            changed.append([addr, None])  # its object was unloaded
-            continue
-        if cur == hook:
-            wr(addr, original)
+    planned, late = slots_found(P, base)
+    for addr, state, original, hook in planned + late:
+        if state == states["restored"]:
             restored.append([addr, original])
-        else:
-            changed.append([addr, cur])
+        elif state == states["patched"]:  # it holds something else now, or its page is gone
+            try:
+                changed.append([addr, rd(addr)])
+            except gdb.MemoryError:
+                changed.append([addr, None])
     out["restored"], out["changed"] = restored, changed
 
 

@@ -16,14 +16,15 @@ def arch_layout() -> dict:
 
 
 def control_layout() -> dict:
-    """Where the agent finds the patched slots in the target's control block, and how a
-    PatchedSlot is laid out (hook_cpp/common/segment.h, through the consumer module)."""
+    """Where the agent reads what the hook library did with the slots in the target's control
+    block, and how a PatchedSlot is laid out (hook_cpp/common/segment.h, through the consumer
+    module)."""
     return {"slots_offset": _native.CONTROL_SLOTS_OFFSET,
             "nslots_offset": _native.CONTROL_NSLOTS_OFFSET,
             "late_offset": _native.CONTROL_LATE_OFFSET,
             "nlate_offset": _native.CONTROL_NLATE_OFFSET, "max_slots": _native.MAX_SLOTS,
             "max_late": _native.MAX_LATE_SLOTS, "slot_bytes": _native.SLOT_BYTES,
-            "slot_fields": dict(_native.SLOT_FIELDS), "slot_patched": _native.SLOT_PATCHED,
+            "slot_fields": dict(_native.SLOT_FIELDS), "slot_states": dict(_native.SLOT_STATES),
             "mode_off": _native.MODE_OFF}
 
 
@@ -35,8 +36,7 @@ class AttachRequest:
     library: str           # the library copy, as the target sees its path ("" if loaded)
     segment: str           # the shared segment, as the target sees its path
     symbols: dict          # the hook library's exported symbols: name -> offset
-    slots: list            # per slot: [address, entry offset, real function, PLT ranges,
-                           #            hook id, in a RELRO page]
+                           # (the slots to patch are planned in the segment: slots.h)
     dlopen: int            # dlopen and dlerror in the target, and dlopen's mode
     dlerror: int
     dlopen_mode: int
@@ -55,8 +55,7 @@ class DetachRequest:
     """Turn the hooks into pass-throughs and put back every slot that still holds its hook."""
     pid: int
     lib_base: int
-    symbols: dict
-    slots: list            # [address, original, hook] as the attach patched them
+    symbols: dict          # (the slots to restore are in the segment: slots.h)
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "detach"

@@ -85,7 +85,7 @@ class Segment:
     def __init__(self, info: ProcessInfo, *, nrings: int, ring_bytes: int, depth: int,
                  clock: int, min_size: int, max_size: int, real: dict, known: list,
                  abandon_after_s: float = 5.0, sample_rate: int = 0, no_avx512: bool = False,
-                 unwind_bytes: int = 0):
+                 unwind_bytes: int = 0, slots: list = ()):
         self.name = _name(info.pid)
         self.target_path = f"/{SEGMENT_DIR}/{self.name}"
         try:
@@ -98,7 +98,8 @@ class Segment:
             os.fchown(fd, info.uid, info.gid)
             _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
                                    info.pid, real, known, abandon_after_s, sample_rate, no_avx512,
-                                   unwind_bytes, os.getpid(), start_ticks(os.getpid()))
+                                   unwind_bytes, os.getpid(), start_ticks(os.getpid()),
+                                   list(slots))
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

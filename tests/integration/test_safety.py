@@ -80,6 +80,13 @@ def test_attach_while_threads_hold_allocator_locks(tmp_path, targets):
     last = 0
     for _ in range(12):
         mh = Memhook(target.pid, tmp_path)
+        # Traffic while attached, for certain (on a loaded machine the target may not run at
+        # all between the attach and a Ctrl-C right after it).
+        seen = int(target.ask("rounds", "rounds").split()[1])
+        deadline = time.monotonic() + 60
+        while int(target.ask("rounds", "rounds").split()[1]) < seen + 2:
+            assert time.monotonic() < deadline, "the target made no progress while attached"
+            time.sleep(0.01)
         report = mh.stop()
         assert report["totals"]["alloc_count"] > 0
         assert report["totals"]["outstanding_bytes"] <= 3 * sum(16 + i * 40 for i in range(16))

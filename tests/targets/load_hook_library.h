@@ -11,7 +11,8 @@
 
 #include "segment.h"
 
-static void* load_hook_library(const char* library, const char* segment) {
+static void* load_hook_library(const char* library, const char* segment,
+                               void (*plan)(memhook::Control*) = nullptr) {
   int fd = open(segment, O_RDWR);
   auto* c = (memhook::Control*)mmap(nullptr, sizeof(memhook::Control), PROT_READ | PROT_WRITE,
                                     MAP_SHARED, fd, 0);
@@ -19,6 +20,7 @@ static void* load_hook_library(const char* library, const char* segment) {
   c->real[1] = (uint64_t)&malloc;  // hooks.def ids
   c->real[18] = (uint64_t)&free;
   c->target_pid = (uint64_t)getpid();
+  if (plan) plan(c);  // what memhook's scan would have planned (hook_library/slots.h)
   munmap(c, sizeof(memhook::Control));
   close(fd);
   void* lib = dlopen(library, RTLD_NOW);

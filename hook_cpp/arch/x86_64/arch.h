@@ -3,11 +3,15 @@
 // and the offsets it reads (asm_offsets.cpp) are this folder's too.
 #pragma once
 #include <cpuid.h>
+#include <elf.h>
 #include <stdint.h>
 #include <x86intrin.h>
 
 namespace memhook {
 namespace arch {
+
+constexpr int kElfMachine = EM_X86_64;  // the e_machine of the objects this build handles
+constexpr const char* kName = "x86-64";
 
 // The cycle counter the hooks stamp clock records with (an invariant TSC: memhook checks
 // constant_tsc and nonstop_tsc before choosing it).
@@ -49,6 +53,24 @@ inline bool cpu_supported(bool* avx512) {
 // in uc_mcontext.gregs (REG_RBP, REG_RSP, REG_RIP).
 constexpr uint64_t kUcFramePointer = 40 + 8 * 10, kUcStackPointer = 40 + 8 * 15,
                    kUcProgramCounter = 40 + 8 * 16;
+
+// The relocations that store a function's address in a slot memhook patches: JUMP_SLOT,
+// GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data). The one
+// list: the hook library's late patching reads it here, memhook's scan through the consumer
+// module (memhook/arch.py).
+struct SlotRelocation {
+  uint32_t type;
+  const char* name;
+  bool zero_addend;  // only with addend 0
+};
+constexpr SlotRelocation kSlotRelocations[] = {{R_X86_64_JUMP_SLOT, "JUMP_SLOT", false},
+                                               {R_X86_64_GLOB_DAT, "GLOB_DAT", false},
+                                               {R_X86_64_64, "R_X86_64_64", true}};
+inline bool slot_relocation(uint32_t type, int64_t addend) {
+  for (const SlotRelocation& r : kSlotRelocations)
+    if (type == r.type) return !r.zero_addend || addend == 0;
+  return false;
+}
 
 // DWARF register numbers (the psABI's): rbp, rsp, and the return address column.
 constexpr int kDwarfFramePointer = 6, kDwarfStackPointer = 7, kDwarfReturnAddress = 16;
