@@ -3,18 +3,11 @@ calls memhook_hook_malloc and memhook_hook_free directly, and the records in the
 back by the consumer's decoder (common/record_format.h), under the SSE4.1 comparison and, where the CPU has it, AVX-512."""
 from __future__ import annotations
 
-import os
-import struct
-import subprocess
-from importlib import resources
-from pathlib import Path
-
 import pytest
 
-from conftest import build
-from memhook import _native, elf, hooks
+import harness
+from memhook import _native, hooks
 
-COMMON = Path(__file__).parents[2] / "hook_cpp" / "common"
 KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
 PTR_MASK = (1 << 47) - 1
 SIZE_MASK = (1 << 56) - 1
@@ -39,29 +32,15 @@ def ring(request, tmp_path):
     """Run the harness with the hook library; the ring's records and what the harness printed."""
     if request.param == "avx512" and not cpu_has("avx512vl"):
         pytest.skip("this CPU has no AVX-512VL: memhook_hook_malloc runs its SSE4.1 comparison")
-    exe = build(tmp_path, "hook_harness.cpp", flags=["-O1", "-I", str(COMMON)])
-    segment = tmp_path / "segment"
-    fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        _native.format_segment(fd, 1, RING_BYTES, DEPTH, _native.CLOCK_MONOTONIC, 0, 2**64 - 1,
-                               0, {}, [], 1000.0, 0, request.param == "sse")
-    finally:
-        os.close(fd)
-    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
-    out = subprocess.run([exe, str(library), str(segment)], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
+    stdout, segment = harness.run(tmp_path, "hook_harness.cpp", ring_bytes=RING_BYTES,
+                                  depth=DEPTH, sse=request.param == "sse")
     said = {}
-    for line in out.stdout.splitlines():
+    for line in stdout.splitlines():
         key, *values = line.split()
         said[key] = [int(v, 0) for v in values]
     assert said["start"] == [0]
-    layout = _native.segment_layout(1, RING_BYTES, DEPTH)
-    data = segment.read_bytes()
-    header = layout["rings_offset"]
-    write, = struct.unpack_from("<Q", data, header + 8)  # RingHeader.write
-    body = data[header + layout["ring_header_bytes"]:header + layout["ring_stride"]]
-    return list(records(body[:RING_BYTES], write)), said
+    body, write = harness.ring(segment, RING_BYTES, DEPTH)
+    return list(records(body, write)), said
 
 
 def test_malloc_and_free_records(ring):

@@ -31,31 +31,13 @@ def test_consumer_parts(tmp_path):
 def sampled(tmp_path: Path, rate: int, count: int, size: int) -> int:
     """How many of `count` calls of memhook_sample_malloc(size) the real hook library records
     in a segment of sampling mode at `rate` (the harness loads it in-process)."""
-    import os
-    import struct
-    from importlib import resources
-
-    from conftest import build
-    from memhook import _native, elf, hooks
+    import harness
+    from memhook import _native, hooks
     ring_bytes, depth = 1 << 20, 8
-    exe = build(tmp_path, "sampler_harness.cpp", flags=["-O1", "-I", str(HOOK_CPP / "common")])
-    segment = tmp_path / f"segment-{rate}-{size}"
-    fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        _native.format_segment(fd, 1, ring_bytes, depth, _native.CLOCK_MONOTONIC, 0, 2**64 - 1,
-                               0, {}, [], 1000.0, rate)
-    finally:
-        os.close(fd)
-    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
-    out = subprocess.run([exe, str(library), str(segment), str(count), str(size)],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "start 0" in out.stdout, out.stdout + out.stderr
-    assert f"returned {count}" in out.stdout  # every call got its block, sampled or not
-    layout = _native.segment_layout(1, ring_bytes, depth)
-    data = segment.read_bytes()
-    at = layout["rings_offset"]
-    write, = struct.unpack_from("<Q", data, at + 8)  # RingHeader.write
-    body = data[at + layout["ring_header_bytes"]:][:ring_bytes]
+    stdout, segment = harness.run(tmp_path, "sampler_harness.cpp", count, size,
+                                  ring_bytes=ring_bytes, depth=depth, sample_rate=rate)
+    assert "start 0" in stdout and f"returned {count}" in stdout  # every call got its block
+    body, write = harness.ring(segment, ring_bytes, depth)
     malloc = hooks.BY_SYMBOL["malloc"].id
     records = _native.decode_records(body, 0, write)
     assert all(r[1] is not None for r in records)
@@ -152,24 +134,10 @@ def test_slots_patched_and_restored_by_the_hook_library(tmp_path):
     a read-only page are patched; someone else's is left alone, and one whose page is gone is
     said unreadable, never read. At detach every slot holding its hook gets its original back,
     and one the program wrote meanwhile is left as it is."""
-    import os
-    from importlib import resources
-
-    from conftest import build
-    from memhook import _native, elf
-    exe = build(tmp_path, "slots_harness.cpp", flags=["-O1", "-I", str(HOOK_CPP / "common")])
-    segment = tmp_path / "segment"
-    fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        _native.format_segment(fd, 1, 1 << 16, 8, _native.CLOCK_MONOTONIC, 0, 2**64 - 1, 0, {},
-                               [], 1000.0)
-    finally:
-        os.close(fd)
-    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
-    out = subprocess.run([exe, str(library), str(segment)], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
+    import harness
+    from memhook import _native
+    stdout, _ = harness.run(tmp_path, "slots_harness.cpp")
+    lines = stdout.splitlines()
     said = dict(line.split(None, 1) for line in lines if not line.startswith(("patched",
                                                                              "stopped")))
     hook, real = (int(x, 16) for x in said["hook"].split()[::2])
