@@ -1,6 +1,7 @@
 """The hook library's records, byte for byte: a harness loads it in-process (no GDB, no root),
 calls memhook_hook_malloc and memhook_hook_free directly, and the records in the ring are read
-back by the consumer's decoder (common/record_format.h), under the SSE4.1 comparison and, where the CPU has it, AVX-512."""
+back by the consumer's decoder (common/record_format.h), under the SSE4.1 comparison and, where
+the CPU has it, AVX-512."""
 from __future__ import annotations
 
 import pytest
