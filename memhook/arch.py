@@ -17,6 +17,8 @@ class Arch:
     zero_addend: frozenset  # of those, the ones that hold it only with a zero addend
     red_zone: int       # bytes below the stack pointer a leaf function may use
     stack_align: int
+    syscall_insn: str   # the system call instruction's bytes, as hex: a thread stopped right
+                        # after one is blocked in the kernel (the GDB agent's thread choice)
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
 
@@ -26,7 +28,7 @@ class Arch:
 X86_64 = Arch("x86-64",
               slot_relocations={t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()},
               zero_addend=frozenset(t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z),
-              red_zone=128, stack_align=16)
+              red_zone=128, stack_align=16, syscall_insn="0f05")
 
 BY_MACHINE = {"EM_X86_64": X86_64}
 

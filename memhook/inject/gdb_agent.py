@@ -78,8 +78,9 @@ def pick_thread(P):
         pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
         if any(lo <= pc < hi for lo, hi in P["loader_text"]):
             continue
+        syscall = bytes.fromhex(P["arch"]["syscall_insn"])
         try:
-            after_syscall = rd(pc - 2, 2) == 0x050F
+            after_syscall = bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall
         except gdb.MemoryError:
             after_syscall = False
         if after_syscall or not any(lo <= pc < hi for lo, hi in P["libc_text"]):
