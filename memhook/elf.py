@@ -9,6 +9,7 @@ very file the target mapped (even if replaced on disk or in another mount namesp
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,6 +76,11 @@ def _open_elf(path: str):
     except ELFError:
         f.close()
         raise
+
+
+def is_libc(path: str) -> bool:
+    """glibc's libc by its file name: libc.so.6, or before 2.34 libc-2.X.so."""
+    return re.fullmatch(r"libc(-\d+(\.\d+)*)?\.so(\.\d+)*", os.path.basename(path)) is not None
 
 
 def _headers(elf, p_type: str | None = None) -> list:
@@ -288,7 +294,7 @@ def scan(pid: int, exe_path: str) -> Layout:
             if h.symbol in obj.defined:
                 real[h.id] = obj.defined[h.symbol]
                 break
-    libc = next((o for o in objects if os.path.basename(o.path).startswith("libc.so")), None)
+    libc = next((o for o in objects if is_libc(o.path)), None)
     dlopen, mode = real.get(hooks.BY_SYMBOL["dlopen"].id, 0), 0
     if not dlopen and libc is not None:
         # glibc < 2.34 without libdl loaded: its private loader entry point.

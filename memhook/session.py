@@ -181,7 +181,7 @@ class Session:
                 dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
                 malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
                 entry_wait_s=ENTRY_WAIT_S,
-                libc_text=[r for n, r in text.items() if n.startswith("libc.so")],
+                libc_text=[r for n, r in text.items() if elf.is_libc(n)],
                 loader_text=[(o.lo, o.hi) for o in layout.objects
                              if o.skip == "the dynamic loader"])
         except BaseException:

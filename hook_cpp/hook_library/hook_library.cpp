@@ -10,6 +10,8 @@
 // One translation unit, one job per header, in the order a malloc meets them (dependencies
 // first): the hot path's pieces inline into one another and the compiler sees every caller of
 // the slow paths, as it would in one file.
+#include "glibc_baseline.h"  // first: every glibc from 2.17 on loads this library
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
