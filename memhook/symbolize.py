@@ -10,6 +10,7 @@ file; DWARF is read one compile unit at a time, when an address needs it.
 from __future__ import annotations
 
 import bisect
+import copy
 import ctypes
 import ctypes.util
 import json
@@ -505,8 +506,7 @@ class Symbolizer:
     def for_modules(self, modules) -> "Symbolizer":
         """Another module table (another process of the same run or capture), with this one's
         lookup, line tool and per-file symbols."""
-        other = Symbolizer.__new__(Symbolizer)
-        other.line_tool, other.lookup, other._symbols = self.line_tool, self.lookup, self._symbols
+        other = copy.copy(self)  # (shares lookup, line tool and the per-file symbols dict)
         other.problems = {}
         other.set_modules(modules)
         return other

@@ -33,13 +33,18 @@ def compile_program(where: Path) -> Path:
     return exe
 
 
-def return_addresses(exe: Path, function: str) -> list[int]:
-    """Link-time addresses just after each call in `function`: return addresses into it."""
+def instructions(exe: Path, function: str) -> list[tuple[int, str]]:
+    """(address, text) of each of a function's instructions, by objdump."""
     out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--disassemble={function}",
                           str(exe)], capture_output=True, text=True, check=True).stdout
-    code = [(int(m.group(1), 16), m.group(2).split()[0]) for m in
-            re.finditer(r"^\s+([0-9a-f]+):\s+(\S+.*)$", out, re.M)]
-    return [code[i + 1][0] for i, (_, op) in enumerate(code[:-1]) if op.startswith("call")]
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in
+            re.finditer(r"^\s+([0-9a-f]+):\s+(.*)$", out, re.M)]
+
+
+def return_addresses(exe: Path, function: str) -> list[int]:
+    """Link-time addresses just after each call in `function`: return addresses into it."""
+    code = instructions(exe, function)
+    return [code[i + 1][0] for i, (_, text) in enumerate(code[:-1]) if text.startswith("call")]
 
 
 def module(exe: Path, bias: int = BIAS) -> dict:

@@ -61,15 +61,6 @@ def test_sampler_takes_large_blocks_nearly_always(tmp_path):
     assert got == 2000
 
 
-def instructions(exe: Path, function: str) -> list[tuple[int, str]]:
-    """(address, text) of each of a function's instructions, by objdump."""
-    import re
-    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--disassemble={function}",
-                          str(exe)], capture_output=True, text=True, check=True).stdout
-    return [(int(m.group(1), 16), m.group(2).strip()) for m in
-            re.finditer(r"^\s+([0-9a-f]+):\s+(.*)$", out, re.M)]
-
-
 def rules(exe: Path) -> dict[int, tuple]:
     """The rows memhook builds for `exe` (common/unwind_rows.h): start -> (kind, CFA offset,
     rbp rule, rbp slot, last)."""
@@ -99,14 +90,14 @@ def test_unwind_rows_of_a_known_object(tmp_path):
     exe = synthetic.compile_program(tmp_path)
     table = rules(exe)
 
-    code = instructions(exe, "framed")
+    code = synthetic.instructions(exe, "framed")
     assert rule_at(table, code[0][0])[:2] == (RSP, 8)  # the return address only
     after = {text.split()[0] + " " + "".join(text.split()[1:]): code[i + 1][0]
              for i, (_, text) in enumerate(code[:-1])}
     assert rule_at(table, after["push %rbp"])[:4] == (RSP, 16, SAVED, 2)
     assert rule_at(table, after["mov %rsp,%rbp"])[:4] == (RBP, 16, SAVED, 2)
 
-    code = instructions(exe, "frameless")
+    code = synthetic.instructions(exe, "frameless")
     assert rule_at(table, code[0][0])[:2] == (RSP, 8)
     depth = 8
     for (_, text), (nxt, _) in zip(code, code[1:]):
@@ -123,7 +114,7 @@ def test_unwind_rows_of_a_known_object(tmp_path):
         pytest.fail("frameless() moved no stack pointer: nothing to check")
     assert all(rule_at(table, pc)[0] == RSP for pc, _ in code)  # never rbp
 
-    main = instructions(exe, "main")
+    main = synthetic.instructions(exe, "main")
     assert all(rule_at(table, pc)[4] for pc, _ in main)  # the walk ends at main
     assert not rule_at(table, code[0][0])[4]
 
