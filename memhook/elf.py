@@ -8,6 +8,7 @@ very file the target mapped (even if replaced on disk or in another mount namesp
 """
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class LoadedObject:
     slots: list = field(default_factory=list)
     skip: str = ""     # why memhook leaves it alone ("" = patch it)
     defined: dict = field(default_factory=dict)  # hooked symbol -> absolute address, if defined
+    libc: bool = False
 
 
 @dataclass
@@ -63,6 +65,8 @@ class Layout:
     munmap: int        # what a failed dlopen left mapped is unmapped with it
     hook_library_base: int  # a memhook library already loaded by an earlier attach, or 0
     hook_library_file: str
+    libc: str = "glibc"     # "glibc" or "musl": which hook library the target can load
+    libc_version: str = ""  # as the libc file states it ("2.31", "1.2.3"), "" if it does not
 
     @property
     def slots(self) -> list:
@@ -81,6 +85,30 @@ def _open_elf(path: str):
 def is_libc(path: str) -> bool:
     """glibc's libc by its file name: libc.so.6, or before 2.34 libc-2.X.so."""
     return re.fullmatch(r"libc(-\d+(\.\d+)*)?\.so(\.\d+)*", os.path.basename(path)) is not None
+
+
+# The oldest of each that memhook's hook library loads into (hook_cpp/hook_library/libc_baseline.h).
+BASELINE = {"glibc": (2, 17), "musl": (1, 2)}
+# Where each states its version: glibc's banner (gnu_get_libc_version's string is beside it) and
+# musl's version string, which its loader prints after "Version" (one per file).
+_VERSION_TEXT = {"glibc": re.compile(rb"GNU C Library [^\0\n]{0,80}? version (\d+\.\d+(?:\.\d+)?)"),
+                 "musl": re.compile(rb"\0(1\.\d+\.\d+)\0")}
+
+
+def libc_version(kind: str, file: str) -> str:
+    """The version the libc file states, or ""."""
+    try:
+        with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if kind == "musl" and m.find(b"musl libc") < 0:
+                return ""
+            found = _VERSION_TEXT[kind].search(m)
+            return found.group(1).decode() if found else ""
+    except (OSError, ValueError):
+        return ""
+
+
+def _too_old(kind: str, version: str) -> bool:
+    return bool(version) and tuple(int(x) for x in version.split(".")[:2]) < BASELINE[kind]
 
 
 def _headers(elf, p_type: str | None = None) -> list:
@@ -243,8 +271,7 @@ def scan(pid: int, exe_path: str) -> Layout:
         dyn = _headers(exe, "PT_DYNAMIC")
         if not interp or not dyn:
             raise TargetError("the target is statically linked: it has no GOT to patch")
-        if "musl" in interp:
-            raise TargetError("the target uses musl libc; memhook supports glibc targets only")
+        kind = "musl" if "ld-musl" in os.path.basename(interp) else "glibc"
         exe_bias = None
         for ph in _loads(exe):
             m = next((m for m in exe_maps if m.offset == ph.p_offset & ~(PAGE - 1)), None)
@@ -282,9 +309,14 @@ def scan(pid: int, exe_path: str) -> Layout:
                 continue
             obj.build_id = build_id(elf)
             _scan_object(obj, elf, wanted)
-        if (os.path.basename(l_name) == os.path.basename(interp)
-                or os.path.basename(home.path) == os.path.basename(os.path.realpath(interp))):
+        loader = (os.path.basename(l_name) == os.path.basename(interp)
+                  or os.path.basename(home.path) == os.path.basename(os.path.realpath(interp)))
+        if loader and kind == "musl":
+            obj.libc = True  # musl's loader is its libc, whose own calls to malloc use slots
+        elif loader:
             obj.skip = "the dynamic loader"
+        else:
+            obj.libc = kind == "glibc" and is_libc(home.path)
 
     real: dict = {}
     for h in hooks.HOOKS:
@@ -294,18 +326,23 @@ def scan(pid: int, exe_path: str) -> Layout:
             if h.symbol in obj.defined:
                 real[h.id] = obj.defined[h.symbol]
                 break
-    libc = next((o for o in objects if is_libc(o.path)), None)
+    libc = next((o for o in objects if o.libc), None)
+    if libc is None:
+        raise TargetError(f"cannot find the target's libc among its libraries (loader {interp})")
+    version = libc_version(kind, libc.file)
+    if _too_old(kind, version):
+        raise TargetError(f"the target's {kind} is {version}; memhook's hook library needs "
+                          f"{kind} {'.'.join(map(str, BASELINE[kind]))} or newer")
     dlopen, mode = real.get(hooks.BY_SYMBOL["dlopen"].id, 0), 0
-    if not dlopen and libc is not None:
+    if not dlopen and kind == "glibc":
         # glibc < 2.34 without libdl loaded: its private loader entry point.
         dlopen, mode = libc.defined.get("__libc_dlopen_mode", 0), 0x80000000
     if not dlopen:
-        raise TargetError("cannot find dlopen in the target: is it linked against glibc?")
+        raise TargetError(f"cannot find dlopen in the target's {kind} {version} ({libc.path})")
     own = next((o for o in objects if o.skip == "memhook's own library"), None)
-    dlerror = libc.defined.get("dlerror", 0) if libc is not None else 0
-    munmap = libc.defined.get("munmap", 0) if libc is not None else 0
-    return Layout(objects, real, dlopen, mode, dlerror, munmap, own.bias if own else 0,
-                  own.file if own else "")
+    return Layout(objects, real, dlopen, mode, libc.defined.get("dlerror", 0),
+                  libc.defined.get("munmap", 0), own.bias if own else 0, own.file if own else "",
+                  kind, version)
 
 
 def exported_offsets(path: str) -> dict[str, int]:

@@ -90,7 +90,8 @@ def attach_or_explain(session, way_in=None) -> dict:
 
 def say_attached(session, result: dict) -> None:
     late = result.get("late", 0)
-    print(f"memhook: attached to PID {session.pid} ({one_line(session.info.command)}): "
+    print(f"memhook: attached to PID {session.pid} ({one_line(session.info.command)}, "
+          f"{session.libc}): "
           f"{len(session.patched)} slots patched"
           + (f", {late} in libraries loaded meanwhile" if late else "")
           + (f", {len(session.skipped)} left alone" if session.skipped else "")

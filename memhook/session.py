@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, elf, hooks, procfs
+from . import _native, elf, hooks, module_files, procfs
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -53,8 +53,15 @@ class Options:
             raise ValueError("--sample-rate must not be negative")
 
 
-def hook_library() -> str:
-    return str(resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME))
+def hook_library(libc: str = "glibc") -> str:
+    """The hook library a target on this libc loads: the glibc build, or the musl build in
+    musl/ (built only where musl-gcc was found)."""
+    path = resources.files("memhook").joinpath(*(["musl"] if libc == "musl" else []),
+                                              elf.HOOK_LIBRARY_NAME)
+    if not path.is_file():
+        raise TargetError(f"the target uses {libc}, and this memhook was built without its "
+                          f"hook library for {libc} (install musl-tools and reinstall memhook)")
+    return str(path)
 
 
 def tsc_usable() -> bool:
@@ -102,6 +109,9 @@ class Session:
     segment: Segment | None = None
     unwind: UnwindTables = field(default_factory=UnwindTables)
     loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
+    library: str = ""  # the hook library build it loaded (glibc's or musl's)
+    libc: str = ""     # the target's libc and its version, as reports name it
+    kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
 
@@ -143,7 +153,8 @@ class Session:
                               "resume it first (kill -CONT) or detach the other debugger")
         remove_stale(self.pid)
         layout = elf.scan(self.pid, self.info.exe)
-        library = hook_library()
+        library = self.library = hook_library(layout.libc)
+        self.libc = f"{layout.libc} {layout.libc_version}".strip()
         symbols = elf.exported_offsets(library)
         base = layout.hook_library_base
         if base:
@@ -154,6 +165,7 @@ class Session:
                                 if o.skip and o.skip != "memhook's own library"]
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
+        module_files.keep(self.modules.values(), self.kept_files)
         self.unwind.add(self.modules)
         self.segment = Segment(self.info, nrings=self.options.rings,
                                ring_bytes=self.options.ring_bytes, depth=self.options.depth,
@@ -173,7 +185,6 @@ class Session:
             copy = None if base else LibraryCopy(
                 self.info, library, (self.options.library_dir,) if self.options.library_dir
                 else LIBRARY_DIRS)
-            text = {os.path.basename(o.path): (o.lo, o.hi) for o in layout.objects}
             request = AttachRequest(
                 pid=self.pid, lib_base=base, library=copy.target_path if copy else "",
                 segment=self.segment.target_path, symbols=symbols,
@@ -181,9 +192,9 @@ class Session:
                 dlopen_mode=RTLD_NOW | RTLD_NODELETE | layout.dlopen_mode,
                 malloc=layout.real.get(hooks.BY_SYMBOL["malloc"].id, 0),
                 entry_wait_s=ENTRY_WAIT_S,
-                libc_text=[r for n, r in text.items() if elf.is_libc(n)],
+                libc_text=[(o.lo, o.hi) for o in layout.objects if o.libc],
                 loader_text=[(o.lo, o.hi) for o in layout.objects
-                             if o.skip == "the dynamic loader"])
+                             if o.skip == "the dynamic loader" or o.libc and layout.libc == "musl"])
         except BaseException:
             if copy:
                 copy.remove()
@@ -238,6 +249,7 @@ class Session:
         self.loads_seen = loads
         try:
             self.modules = elf.modules(self.pid, self.modules)
+            module_files.keep(self.modules.values(), self.kept_files)
             mapped = {(m.start, m.path) for m in procfs.read_maps(self.pid) if m.offset == 0}
         except OSError:
             return False
@@ -290,8 +302,9 @@ class Session:
         self.ended_at = time.time()
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
+            module_files.keep(self.modules.values(), self.kept_files)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
-                                    symbols=elf.exported_offsets(hook_library()))
+                                    symbols=elf.exported_offsets(self.library))
             try:
                 result = (self.way_in or GdbWayIn()).detach(request)
             except TargetError as e:
@@ -329,6 +342,7 @@ class Session:
         from . import __version__
         return {
             "pid": self.pid, "command": self.info.command, "exe": self.info.exe,
+            "libc": self.libc,
             "host": socket.gethostname(), "memhook_version": __version__,
             "started_at": self.started_at, "ended_at": self.ended_at,
             # (a capture's checkpoints say how long it has traced so far: capture.py)

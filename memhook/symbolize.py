@@ -1,7 +1,8 @@
 """Return addresses to module, offset, function, file:line and inlined frames, from ELF symbol
 tables and DWARF (pyelftools), on the capturing host or another one.
 
-Finding a module's files (`Lookup`): the binary by --sysroot + path, then by path; the debug file
+Finding a module's files (`Lookup`): the binary by --sysroot + path, then by path, then by
+build-id in the store where memhook keeps a container's files (module_files.py); the debug file
 by build-id under each debug directory (`.build-id/ab/cdef….debug`, as /usr/lib/debug lays them
 out), then by the binary's .gnu_debuglink name next to it, in its .debug/ and in each debug
 directory. A file is trusted only if its build-id matches the capture's. Everything is cached per
@@ -25,7 +26,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import _native, unwind_tables
+from . import _native, module_files, unwind_tables
 from .elf import build_id
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
@@ -126,10 +127,13 @@ class Lookup:
         path = module["path"].replace(" (deleted)", "")
         problems = []
         binary = None
-        candidates = ([os.path.join(self.sysroot, path.lstrip("/"))] if self.sysroot else [])
-        candidates.append(path)
-        for cand in candidates:
-            elf = self._trusted(cand, want, problems)
+        candidates = ([(os.path.join(self.sysroot, path.lstrip("/")), False)]
+                      if self.sysroot else [])
+        candidates.append((path, False))
+        if want:
+            candidates.append((module_files.stored_path(want), True))
+        for cand, quiet in candidates:
+            elf = self._trusted(cand, want, problems, quiet_missing=quiet)
             if elf is not None:
                 binary = elf
                 break

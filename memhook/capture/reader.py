@@ -74,7 +74,7 @@ def _is_u64(v) -> bool:
 
 
 # Fields a report reads, and what they must be; other fields are kept as they are.
-META_TYPES = {"pid": (int, type(None)), "command": (str, type(None)),
+META_TYPES = {"pid": (int, type(None)), "command": (str, type(None)), "libc": (str,),
               "duration_s": (int, float, type(None)), "started_at": (int, float, type(None)),
               "totals": (dict,)}
 

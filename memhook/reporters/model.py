@@ -120,6 +120,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
               **meta.get("totals", {})}
     report = {
         "memhook_report": 1, "pid": meta.get("pid"), "command": meta.get("command"),
+        "libc": meta.get("libc") or "",
         "duration_s": meta.get("duration_s"),
         "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
         "sites": sites,
@@ -183,7 +184,7 @@ def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> tupl
                              "frames": site_frames(cap, merged, symbolizer)})
         growing = [r for r in ranked if r["score"] > 0]
         row = {"pid": meta.get("pid"), "command": meta.get("command"),
-               "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
+               "libc": meta.get("libc") or "", "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
                **{k: int(t.get(k, 0)) for k in ("alloc_count", "alloc_bytes",
                                                  "outstanding_count", "outstanding_bytes",
                                                  "dropped_events")},

@@ -37,7 +37,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     who = (f"{len(procs)} processes" if procs
            else f"PID {report['pid']} ({one_line(str(report['command']))})")
     lines = [
-        f"memhook report: {who}, {report['duration_s']} s traced"
+        f"memhook report: {who}, "
+        + (f"{one_line(report['libc'])}, " if report.get("libc") and not procs else "")
+        + f"{report['duration_s']} s traced"
         + (" [capture cut off]" if report.get("incomplete") else ""),
         f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "
         f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
@@ -63,7 +65,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         for r in procs:
             first = r.get("top_suspect")
             where = next((frame_text(f) for f in first["frames"]), "?") if first else ""
-            lines.append(f"  PID {r['pid']} ({one_line(str(r['command']))}): outstanding "
+            libc = f", {one_line(r['libc'])}" if r.get("libc") else ""
+            lines.append(f"  PID {r['pid']} ({one_line(str(r['command']))}{libc}): outstanding "
                          f"{human_bytes(r['outstanding_bytes'])} in {r['outstanding_count']} "
                          f"blocks; " + (f"growing {human_bytes(r['growth_bytes_per_min'])}/min"
                                         f", first at {where}" if r["growing"]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Debian root file systems for the tests of other glibcs (issue 31): Debian 11 "bullseye" (glibc
+# 2.31) and Debian 13 "trixie" (2.41), each with its own compiler and gdb, built once with
+# debootstrap from Debian's mirror and cached outside the checkout, in $MEMHOOK_ROOTS
+# (/var/cache/memhook-roots). A root is built in a temporary directory and renamed into place when
+# complete, so that an interrupted build is never taken for a cached one; its stamp names what it
+# was built with, and a root built with other packages is built again.
+#   scripts/roots.sh [SUITE...]     (default: bullseye trixie)
+set -euo pipefail
+cache=${MEMHOOK_ROOTS:-/var/cache/memhook-roots}
+mirror=${MEMHOOK_MIRROR:-http://deb.debian.org/debian}
+packages=gcc,g++,libc6-dev
+after=gdb  # by apt in the root: its dependencies fail to configure under debootstrap
+[ $# -gt 0 ] || set -- bullseye trixie
+mkdir -p "$cache"
+chmod 0755 "$cache"
+for suite in "$@"; do
+  root=$cache/$suite
+  if [ "$(cat "$root/.memhook-root" 2>/dev/null)" = "$packages $after" ]; then
+    continue
+  fi
+  start=$(date +%s)
+  echo "roots: building the $suite root in $root (debootstrap, a few minutes)"
+  work=$(mktemp -d "$cache/.$suite.XXXXXX")
+  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$work" "$mirror" \
+      > "$work.log" 2>&1; then
+    tail -5 "$work.log"; rm -rf "$work"; exit 1
+  fi
+  mount -t proc proc "$work/proc"
+  if ! chroot "$work" apt-get install -y -q --no-install-recommends $after > "$work.log" 2>&1; then
+    umount "$work/proc"; tail -5 "$work.log"; rm -rf "$work"; exit 1
+  fi
+  umount "$work/proc"
+  chroot "$work" apt-get clean
+  echo "$packages $after" > "$work/.memhook-root"
+  chmod 0755 "$work"
+  rm -rf "$root" "$work.log"
+  mv "$work" "$root"
+  echo "roots: $suite ready in $(( $(date +%s) - start )) s"
+done
