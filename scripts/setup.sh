@@ -17,6 +17,8 @@ pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
+# For the tests of other glibcs: Debian root file systems (scripts/roots.sh).
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 # For the test of the HTML report as a browser shows it.
 command -v chromium >/dev/null || missing+=(chromium)
 # For benchmarks/real_program.py: a real program under its own workload.
@@ -46,6 +48,11 @@ if [ "${1:-}" = --tests ] && [ ! -x "$otelcol" ]; then
   else
     echo "setup: no Go toolchain: the OTLP tests will be skipped"
   fi
+fi
+# For the tests of other glibcs (tests/integration/test_libcs.py): Debian 11 and 13 roots, built
+# once (under a minute each here) and cached in /var/cache/memhook-roots.
+if [ "${1:-}" = --tests ]; then
+  as_root scripts/roots.sh
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q ".[test]"

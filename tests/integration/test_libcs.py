@@ -1,0 +1,261 @@
+"""Targets on other glibcs, as containers run them (issue 31): Debian 11 (glibc 2.31) and Debian
+13 (2.41) root file systems (scripts/roots.sh), each target compiled inside its root by the root's
+own compiler and run there, once under chroot (the host sees its files by their host paths) and
+once in a mount namespace whose root is that directory (unshare -m, pivot_root: the target's
+/proc/PID/maps names the container's paths, as a container runtime's processes do)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TARGETS, Memhook, Target, assert_restored, run_memhook, site, slot_values
+from test_safety import killed_once_attached
+from test_whole_stacks import CASES, FRAMELESS, WALK, memhook_stacks
+
+ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
+SUITES = {"bullseye": "glibc 2.31", "trixie": "glibc 2.41"}
+WAYS = ["chroot", "namespace"]
+
+# In a new mount namespace: the root directory bound onto itself and made the namespace's root
+# with pivot_root, the host's tree detached, /proc mounted (as a container runtime does); the
+# directories named after the root made noexec first. $1 = root, $2 = noexec dirs, then argv.
+ENTER = r"""set -e
+root=$1; noexec=$2; shift 2
+mount --bind "$root" "$root"
+for d in $noexec; do mount --bind "$root$d" "$root$d"; mount -o remount,bind,noexec "$root$d"; done
+cd "$root"
+mkdir -p .host
+pivot_root . .host
+mount -t proc proc /proc
+umount -l /.host
+rmdir /.host
+exec "$@"
+"""
+# chroot with some directories noexec: a mount namespace of its own for those mounts only.
+CHROOT_NOEXEC = r"""set -e
+root=$1; noexec=$2; shift 2
+for d in $noexec; do mount --bind "$root$d" "$root$d"; mount -o remount,bind,noexec "$root$d"; done
+exec chroot "$root" "$@"
+"""
+
+
+class Place:
+    """One root, entered one way: builds targets inside it and starts them there."""
+
+    def __init__(self, suite: str, way: str):
+        self.suite, self.way = suite, way
+        self.root = ROOTS / suite
+        self.libc = SUITES[suite]
+        self.dirs: list = []
+
+    def workdir(self) -> Path:
+        """A fresh directory in the root, outside /tmp (which a test makes noexec)."""
+        (self.root / "opt").mkdir(exist_ok=True)
+        d = Path(tempfile.mkdtemp(prefix="memhook-test-", dir=self.root / "opt"))
+        os.chmod(d, 0o755)
+        self.dirs.append(d)
+        return d
+
+    def inside(self, host_path: Path) -> str:
+        return "/" + str(host_path.relative_to(self.root))
+
+    def sh(self, d: Path, cmd: str) -> None:
+        """`cmd` run in the root, in directory `d`."""
+        subprocess.run(["chroot", str(self.root), "sh", "-c", f"cd {self.inside(d)} && {cmd}"],
+                       check=True, capture_output=True, timeout=300)
+
+    def build(self, source: str, *, flags: str = "-g -O0 -fno-omit-frame-pointer") -> Path:
+        d = self.workdir()
+        for f in ("harness.h", source):
+            shutil.copy(TARGETS / f, d / f)
+        compiler = "g++" if source.endswith(".cpp") else "gcc"
+        out = Path(source).stem
+        self.sh(d, f"{compiler} {flags} -I. {source} -o {out} -lpthread -ldl")
+        return d / out
+
+    def seen(self, host_path: Path) -> str:
+        """The path the target's /proc/PID/maps shows for a file of the root."""
+        return self.inside(host_path) if self.way == "namespace" else str(host_path)
+
+    def argv(self, *command, noexec: str = "") -> list:
+        command = [str(c) for c in command]
+        if self.way == "namespace":
+            return ["unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "sh",
+                    str(self.root), noexec, *command]
+        if noexec:
+            return ["unshare", "--mount", "--propagation", "private", "sh", "-c", CHROOT_NOEXEC,
+                    "sh", str(self.root), noexec, *command]
+        return ["chroot", str(self.root), *command]
+
+    def start(self, exe: Path, *args, noexec: str = "", prefix=()) -> Target:
+        return Target(exe, argv=self.argv(*prefix, self.inside(exe), *args, noexec=noexec))
+
+    def cleanup(self) -> None:
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(params=[(s, w) for s in SUITES for w in WAYS], ids=lambda p: f"{p[0]}-{p[1]}")
+def place(request):
+    suite, way = request.param
+    if not (ROOTS / suite / ".memhook-root").exists():
+        message = f"no {suite} root in {ROOTS}: scripts/roots.sh builds it"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":  # scripts/test.sh built them
+            pytest.fail(message)
+        pytest.skip(message)
+    p = Place(suite, way)
+    targets: list = []
+    p.started = targets
+    yield p
+    for t in targets:
+        t.kill()
+    p.cleanup()
+
+
+def started(place: Place, *a, **kw) -> Target:
+    t = place.start(*a, **kw)
+    place.started.append(t)
+    return t
+
+
+def maps_paths(pid: int, name: str) -> list:
+    return [line.split(maxsplit=5)[5].strip() for line in open(f"/proc/{pid}/maps")
+            if name in line]
+
+
+def test_exact_bytes_named_frames_and_a_library_loaded_later(tmp_path, place):
+    """Exact bytes for the executable's leak and for a C++ plugin dlopen'ed after attach; every
+    frame named from the root's own files (in a namespace: from the copies memhook kept by
+    build-id); the report names the root's glibc."""
+    exe = place.build("lifecycle.c")
+    d = exe.parent
+    shutil.copy(TARGETS / "plugin.cpp", d / "plugin.cpp")
+    place.sh(d, "g++ -shared -fPIC -g -O0 -fno-omit-frame-pointer plugin.cpp -o libplugin.so")
+    target = started(place, exe, place.inside(d / "libplugin.so"))
+    libc = maps_paths(target.pid, "libc")
+    # What each way shows the host: the root's files by host path, or the container's paths.
+    if place.way == "chroot":
+        assert libc and all(p.startswith(str(place.root)) for p in libc), libc
+    else:
+        assert libc and not any(p.startswith(str(place.root)) for p in libc), libc
+    mh = Memhook(target.pid, tmp_path)
+    assert f", {place.libc}): " in mh.attached_line, mh.attached_line
+    target.command("go")
+    target.command("load")
+    report = mh.stop()
+    assert report["libc"] == place.libc
+    leak = site(report, "late_leak")
+    assert (leak["outstanding_bytes"], leak["outstanding_count"]) == (7 * 99, 7)
+    assert [f["function"] for f in leak["frames"]][:2] == ["late_leak", "main"], leak["frames"]
+    assert leak["frames"][0]["file"].endswith("lifecycle.c")
+    assert site(report, "plugin_leak_new")["outstanding_bytes"] == 8 * 777
+    assert site(report, "plugin_leak_malloc")["outstanding_bytes"] == 12 * 555
+    assert site(report, "plugin_leak_table")["outstanding_bytes"] == 5 * 333
+    assert report["totals"]["outstanding_bytes"] == 7 * 99 + 8 * 777 + 12 * 555 + 5 * 333
+    text = run_memhook("report", mh.capture).stdout
+    assert f"), {place.libc}, " in text.splitlines()[0], text.splitlines()[0]
+    assert "not symbolized" not in text, text
+    target.command("go")  # it keeps working after detach
+    assert target.finish() == 0
+
+
+def root_gdb_stack(place: Place, exe: Path, commands: list, stop_at: str, hooked: str,
+                   skip: int) -> list:
+    """test_whole_stacks.gdb_stack, with the root's own gdb running the root's program."""
+    d = exe.parent
+    script = d / f"commands-{stop_at}-{skip}"
+    script.write_text("".join(c + "\n" for c in commands) + "exit\n")
+    (d / "walk.gdb").write_text(WALK)
+    # (in a namespace of its own whatever the place: gdb needs the root to have /proc)
+    args = Place(place.suite, "namespace").argv("gdb", "-nx", "-batch",
+            "-ex", "set breakpoint pending on",
+            "-ex", "handle SIGUSR1 nostop noprint pass",
+            "-ex", f"break {stop_at}", "-ex", f"run < {place.inside(script)} > /dev/null",
+            "-ex", f"break {hooked}", "-ex", f"ignore 2 {skip}", "-ex", "continue",
+            "-x", place.inside(d / "walk.gdb"), "-ex", "kill", place.inside(exe))
+    out = subprocess.run(args, capture_output=True, text=True, timeout=180).stdout
+    frames = [line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("FRAME ")]
+    assert len(frames) > 1, out
+    return [(int(pc, 16), name) for pc, name in frames[1:]]
+
+
+STACK_CASES = [c for c in CASES if c[0].split()[0] in ("strdup", "string", "lib", "signal")]
+
+
+def test_frameless_stacks_equal_the_roots_gdb(tmp_path, place):
+    """Frameless code (the root's compiler, -O2 -fomit-frame-pointer) through the root's glibc
+    and libstdc++: memhook's stacks equal, return address by return address, those the root's
+    own gdb prints, both runs without address randomisation."""
+    d = place.workdir()
+    for f in ("harness.h", "frameless.cpp", "frameless_lib.cpp"):
+        shutil.copy(TARGETS / f, d / f)
+    exe = d / "frameless"
+    place.sh(d, f"g++ {' '.join(FRAMELESS)} -shared -fPIC -Wl,-z,lazy frameless_lib.cpp "
+                "-o libframeless_lib.so && "
+                f"g++ {' '.join(FRAMELESS)} -Wl,-z,lazy -I. frameless.cpp -o frameless "
+                f"-L. -lframeless_lib -Wl,-rpath,{place.inside(d)} -ldl")
+    target = started(place, exe, prefix=["setarch", "x86_64", "-R"])
+    mh = Memhook(target.pid, tmp_path)
+    for command, *_ in STACK_CASES:
+        target.command(command)
+    report = mh.stop()
+    assert target.finish() == 0
+    stacks = memhook_stacks(report)
+    for command, stop_at, hooked, skip, size in STACK_CASES:
+        want = root_gdb_stack(place, exe, [command], stop_at, hooked, skip)
+        addrs = [a for a, _ in want]
+        names = [n for _, n in want]
+        assert len(want) >= 12 and names[-1] == "main", (command, names)
+        found = [s for a, _, s in stacks if a == addrs]
+        near = [n for a, n, _ in stacks if a and a[0] == addrs[0]]
+        assert found, f"{command}: the root's gdb says {names}; memhook has {near}"
+        if size is not None:
+            assert any(s["outstanding_bytes"] == size for s in found), (command, found)
+
+
+def test_fork_then_kill_9_then_attach_again(tmp_path, place):
+    """Children forked while attached run, the parent stays exact; memhook killed -9, the
+    target unhooks itself at its next allocations, and a new memhook attaches exactly."""
+    exe = place.build("lifecycle.c")
+    target = started(place, exe, "/nonexistent.so")
+    mh = Memhook(target.pid, tmp_path)
+    for _ in range(3):
+        assert target.ask("fork", "child") == "child 0"
+    report = mh.stop()
+    main_leaks = [s for s in report["sites"] if s["frames"][0]["function"] == "main"]
+    assert sum(s["outstanding_bytes"] for s in main_leaks) == 3 * 5 * 111
+    assert report["totals"]["alloc_count"] == 3 * 5
+
+    _, before = slot_values(target.pid, place.seen(exe))
+    killed_once_attached(target.pid, "1")
+    target.command("go")
+    time.sleep(1.5)
+    target.command("churn")  # the hooks notice the silence and unhook
+    assert_restored(target.pid, place.seen(exe), before)
+    again = Memhook(target.pid, tmp_path)
+    target.command("go")
+    report = again.stop()
+    assert report["totals"]["unknown_free_count"] == 0
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert_restored(target.pid, place.seen(exe), before)
+    assert target.finish() == 0
+
+
+def test_noexec_tmp_inside_the_root(tmp_path, place):
+    """The root's /tmp mounted noexec: the hook library goes to the root's /var/tmp (a place
+    the target sees), and memhook is exact."""
+    exe = place.build("lifecycle.c")
+    target = started(place, exe, "/nonexistent.so", noexec="/tmp")
+    mh = Memhook(target.pid, tmp_path)
+    library = maps_paths(target.pid, "libmemhook_hook")
+    inside = "/var/tmp/memhook-" if place.way == "namespace" else f"{place.root}/var/tmp/memhook-"
+    assert library and all(p.startswith(inside) for p in library), library
+    target.command("go")
+    assert site(mh.stop(), "late_leak")["outstanding_bytes"] == 7 * 99
+    assert target.finish() == 0
