@@ -194,7 +194,8 @@ class Session:
                 entry_wait_s=ENTRY_WAIT_S,
                 libc_text=[(o.lo, o.hi) for o in layout.objects if o.libc],
                 loader_text=[(o.lo, o.hi) for o in layout.objects
-                             if o.skip == "the dynamic loader" or o.libc and layout.libc == "musl"])
+                             if o.skip == "the dynamic loader"],
+                loader_blocks_signals=layout.libc == "musl")
         except BaseException:
             if copy:
                 copy.remove()

@@ -16,6 +16,11 @@
 // recursion guard. The personality routine lives in libstdc++, which is loaded wherever
 // operator new is; a weak reference keeps C targets free of libstdc++.
 asm(".weak __gxx_personality_v0");
+#ifdef MEMHOOK_MUSL
+// On musl the unwinder is libgcc_s, loaded with libstdc++ in every C++ target: weak as well, so
+// that the library names no libgcc_s (C targets on Alpine may not have it) and links no copy.
+asm(".weak _Unwind_Resume");
+#endif
 
 namespace {
 inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); }  // pvalloc

@@ -5,12 +5,13 @@
 // Rules for everything reachable from a hook: never block, never allocate through a hooked
 // path, never take a lock the target could hold, drop (and count) instead of waiting.
 // TLS is initial-exec: a dlopen'ed library's dynamic TLS would be allocated with malloc on first
-// touch, from inside the hook.
+// touch, from inside the hook (musl, which refuses initial-exec there, allocates every thread's at
+// dlopen: thread_state.h).
 //
 // One translation unit, one job per header, in the order a malloc meets them (dependencies
 // first): the hot path's pieces inline into one another and the compiler sees every caller of
 // the slow paths, as it would in one file.
-#include "glibc_baseline.h"  // first: every glibc from 2.17 on loads this library
+#include "libc.h"  // first: every glibc from 2.17 on, or musl, loads this library
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -22,8 +23,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-
-#include <algorithm>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>

@@ -3,8 +3,6 @@
 // when memhook's heartbeat stops.
 #pragma once
 
-extern "C" void* __libc_stack_end;  // top of the main thread's stack (exported by ld.so)
-
 namespace {
 
 void forked_child() { g_session.mode = kOff; }  // the child must not write into the parent's rings
@@ -18,8 +16,8 @@ __attribute__((noinline)) void abandon() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   lock_scan();
-  restore_slots<false>(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots));
-  restore_slots<false>(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots));
+  restore_slots<false>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots));
+  restore_slots<false>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
   const size_t rings = rings_offset();
   g_unwind = nullptr;
@@ -135,13 +133,12 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   // Libraries loaded later get the entries memhook chose at attach (routing.h).
   for (const HookEntries& e : kHookEntries)
     g_hook_fn[e.id] = e.entry[entry_for(e.kind, c->sample_rate, g_size_filter)];
-  uintptr_t hi = (uintptr_t)__libc_stack_end;
+  uintptr_t hi = main_stack_top();
   struct rlimit rl;
   uintptr_t limit = (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
                         ? rl.rlim_cur
                         : (uintptr_t)1 << 30;
-  // Every frame of the main thread lies below __libc_stack_end (argv/envp are above it).
-  g_main_stack_hi = hi;
+  g_main_stack_hi = hi;  // (libc.h: above every frame of the main thread)
   g_main_stack_lo = hi - limit;
   g_nknown = 0;
   for (uint32_t i = 0; i < c->nknown && i < (uint32_t)kMaxKnownObjects; i++)
@@ -182,6 +179,6 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   if (!c) return 0;
-  return (int)(restore_slots<true>(c->slots, std::min<uint32_t>(c->nslots, kMaxSlots)) +
-               restore_slots<true>(c->late, std::min<uint32_t>(c->nlate, kMaxLateSlots)));
+  return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots)) +
+               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)));
 }

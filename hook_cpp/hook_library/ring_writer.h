@@ -65,9 +65,9 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bo
   // (to wake the consumer) and when it is full for this kind of event as last seen: never per
   // event while the ring is merely more than half full, since the consumer's cursor lives on a
   // line it keeps writing.
-  const uint64_t half = t.cached_read + cap / 2, until = std::min((w | (cap - 1)) + 1, t.next_time);
-  t.fast_until = std::min(until, w < half ? half : t.cached_read + cap - headroom);
-  t.free_until = std::min(until, w < half ? half : t.cached_read + cap);
+  const uint64_t half = t.cached_read + cap / 2, until = min_of((w | (cap - 1)) + 1, t.next_time);
+  t.fast_until = min_of(until, w < half ? half : t.cached_read + cap - headroom);
+  t.free_until = min_of(until, w < half ? half : t.cached_read + cap);
   t.alloc_until = t.fast_until > 23 ? t.fast_until - 23 : 0;
   // Exact for every cursor of this lap: a lap never crosses a multiple of 2^35, where the
   // entry's 32-bit event number would wrap.

@@ -33,8 +33,15 @@ struct ThreadState {
 };
 }  // namespace memhook
 
-// Global (hidden): malloc_entry.S reads it.
-__thread memhook::ThreadState t_state asm("memhook_t_state") __attribute__((tls_model("initial-exec")));
+// Global (hidden): malloc_entry.S reads it. musl refuses initial-exec TLS in a library dlopen
+// loads; there it is reached through a TLS descriptor (the musl build's -mtls-dialect=gnu2),
+// which costs a call that clobbers nothing but %rax. musl allocates every thread's block at dlopen.
+#ifdef MEMHOOK_MUSL
+#define MEMHOOK_TLS_MODEL "global-dynamic"
+#else
+#define MEMHOOK_TLS_MODEL "initial-exec"
+#endif
+__thread memhook::ThreadState t_state asm("memhook_t_state") __attribute__((tls_model(MEMHOOK_TLS_MODEL)));
 
 namespace {
 

@@ -33,6 +33,8 @@ struct Sections {
   Elf_Data* eh_frame_hdr = nullptr;
   uint64_t eh_frame_hdr_addr = 0;
   Elf_Data* debug_frame = nullptr;
+  Elf_Data* eh_frame = nullptr;
+  uint64_t eh_frame_addr = 0;
   bool has_eh_frame = false;
   struct Plt {
     const uint8_t* bytes;
@@ -56,6 +58,8 @@ Sections find_sections(Elf* elf) {
       s.eh_frame_hdr_addr = sh.sh_addr;
     } else if (!strcmp(name, ".eh_frame")) {
       s.has_eh_frame = sh.sh_size > 0;
+      s.eh_frame = elf_getdata(scn, nullptr);
+      s.eh_frame_addr = sh.sh_addr;
     } else if (!strcmp(name, ".debug_frame")) {
       s.debug_frame = elf_getdata(scn, nullptr);
     } else if (!strcmp(name, ".plt") || !strcmp(name, ".plt.sec") || !strcmp(name, ".plt.got")) {
@@ -116,6 +120,63 @@ void starts_from_debug_frame(Elf* elf, Elf_Data* data, std::vector<uint64_t>* ou
     memcpy(&loc, e.fde.start, 8);
     if (loc) out->push_back(loc);
   }
+}
+
+// FDE start addresses from .eh_frame itself, for objects linked without its search table
+// (musl-gcc's specs leave out --eh-frame-hdr). libdw enumerates the entries; an FDE's initial
+// location is encoded as its CIE's augmentation says ('R'), which libdw does not decode here:
+// absolute or PC-relative, 4 or 8 bytes (what compilers write). False if any is otherwise.
+bool starts_from_eh_frame(Elf* elf, const Sections& s, std::vector<uint64_t>* out) {
+  if (!s.eh_frame || !s.eh_frame->d_buf) return false;
+  const unsigned char* ident = (const unsigned char*)elf_getident(elf, nullptr);
+  const uint8_t* base = (const uint8_t*)s.eh_frame->d_buf;
+  std::vector<std::pair<Dwarf_Off, uint8_t>> encodings;  // CIE offset -> FDE pointer encoding
+  Dwarf_Off off = 0, next;
+  Dwarf_CFI_Entry e;
+  for (int rc; off != (Dwarf_Off)-1; off = next) {
+    rc = dwarf_next_cfi(ident, s.eh_frame, true, off, &next, &e);
+    if (rc > 0) break;
+    if (rc < 0) return false;
+    if (dwarf_cfi_cie_p(&e)) {
+      uint8_t enc = DW_EH_PE_absptr;
+      const char* aug = e.cie.augmentation;
+      const uint8_t *a = e.cie.augmentation_data, *a_end = a + e.cie.augmentation_data_size;
+      for (size_t i = aug[0] == 'z' ? 1 : strlen(aug); aug[i] && a < a_end; i++) {
+        if (aug[i] == 'R') enc = *a++;
+        else if (aug[i] == 'L') a++;
+        else if (aug[i] == 'P') {
+          const int n = encoded_size(*a);
+          if (!n) return false;
+          a += 1 + n;
+        } else if (aug[i] != 'S' && aug[i] != 'B') {
+          return false;
+        }
+      }
+      encodings.push_back({off, enc});
+      continue;
+    }
+    auto cie = std::find_if(encodings.begin(), encodings.end(),
+                            [&](const auto& c) { return c.first == e.fde.CIE_pointer; });
+    if (cie == encodings.end()) return false;
+    const uint8_t enc = cie->second;
+    const int n = encoded_size(enc);
+    if (!n || (enc & 0x70) > DW_EH_PE_pcrel || e.fde.end - e.fde.start < n) return false;
+    int64_t v = 0;
+    if (n == 4 && (enc & 0x0f) == DW_EH_PE_sdata4) {
+      int32_t x;
+      memcpy(&x, e.fde.start, 4);
+      v = x;
+    } else if (n == 4) {
+      uint32_t x;
+      memcpy(&x, e.fde.start, 4);
+      v = x;
+    } else {
+      memcpy(&v, e.fde.start, 8);
+    }
+    if ((enc & 0x70) == DW_EH_PE_pcrel) v += int64_t(s.eh_frame_addr + (e.fde.start - base));
+    if (v) out->push_back(uint64_t(v));
+  }
+  return true;
 }
 
 // Offset k of a register saved at CFA + offset (as libdw states it: CFA, plus_uconst n), or -1.
@@ -285,16 +346,18 @@ CfiRows cfi_rows(const std::string& path) {
   const Sections s = find_sections(f.elf);
   std::vector<uint64_t> starts;
   Dwarf_CFI* cfi = nullptr;
-  if (s.has_eh_frame && starts_from_hdr(s, &starts) && (f.eh = dwarf_getcfi_elf(f.elf))) {
+  if (s.has_eh_frame && (starts_from_hdr(s, &starts) || starts_from_eh_frame(f.elf, s, &starts)) &&
+      (f.eh = dwarf_getcfi_elf(f.elf))) {
     cfi = f.eh;
-    out.source = ".eh_frame";
+    out.source = s.eh_frame_hdr ? ".eh_frame" : ".eh_frame (no search table)";
   } else if (s.debug_frame && (f.dwarf = dwarf_begin_elf(f.elf, DWARF_C_READ, nullptr)) &&
              (cfi = dwarf_getcfi(f.dwarf))) {
     starts.clear();
     starts_from_debug_frame(f.elf, s.debug_frame, &starts);
     out.source = ".debug_frame";
   } else {
-    out.problem = s.has_eh_frame ? ".eh_frame without a search table (.eh_frame_hdr)"
+    starts.clear();
+    out.problem = s.has_eh_frame ? ".eh_frame that cannot be read without a search table"
                                  : "no call-frame information";
   }
   std::sort(starts.begin(), starts.end());

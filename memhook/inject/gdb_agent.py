@@ -69,6 +69,18 @@ def slots_found(P, base):
     return out
 
 
+def every_signal_blocked(pid, tid):
+    """Whether the thread blocks every signal from SIGHUP to SIGSYS that can be blocked, as
+    musl's dlopen does while it holds the loader's lock (__block_app_sigs)."""
+    try:
+        with open("/proc/%d/task/%d/status" % (pid, tid)) as f:
+            mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk:"))
+    except (OSError, StopIteration, ValueError):
+        return True  # unknown: as if inside
+    blockable = ((1 << 31) - 1) & ~(1 << 8) & ~(1 << 18)  # 1..31 but SIGKILL, SIGSTOP
+    return mask & blockable == blockable
+
+
 def pick_thread(P):
     """A thread that holds no allocator or loader lock, to run dlopen on: one stopped right
     after a syscall instruction (blocked in the kernel), or one running outside libc and the
@@ -83,6 +95,8 @@ def pick_thread(P):
             after_syscall = bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall
         except gdb.MemoryError:
             after_syscall = False
+        if P["loader_blocks_signals"] and every_signal_blocked(P["pid"], th.ptid[1]):
+            continue
         if after_syscall or not any(lo <= pc < hi for lo, hi in P["libc_text"]):
             return th
     raise RuntimeError("busy: every thread is inside libc or the dynamic loader right now")

@@ -45,6 +45,9 @@ class AttachRequest:
     entry_wait_s: float    # how long to wait for one
     libc_text: list        # [lo, hi]: a thread stopped here may hold an allocator lock
     loader_text: list      # [lo, hi]: likewise, the dynamic loader's
+    # musl's loader is its libc: a thread there may hold the loader's lock even after a syscall,
+    # unless its signals are not all blocked (musl's dlopen blocks them while it holds the lock)
+    loader_blocks_signals: bool = False
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "attach"

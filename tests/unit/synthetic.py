@@ -18,9 +18,9 @@ NATIVE = Path(__file__).parent / "native"
 BIAS = 0x555555554000
 
 
-def compile_program(where: Path) -> Path:
+def compile_program(where: Path, link=(), name: str = "program") -> Path:
     """tests/unit/native/unwind_framed.c with frame pointers and unwind_frameless.c without,
-    linked into one program."""
+    linked into one program (with `link`'s options)."""
     objs = []
     for src, fp in (("unwind_framed.c", "-fno-omit-frame-pointer"),
                     ("unwind_frameless.c", "-fomit-frame-pointer")):
@@ -28,8 +28,8 @@ def compile_program(where: Path) -> Path:
         subprocess.run(["gcc", "-O2", "-g", fp, "-c", str(NATIVE / src), "-o", str(obj)],
                        check=True)
         objs.append(str(obj))
-    exe = where / "program"
-    subprocess.run(["gcc", *objs, "-o", str(exe)], check=True)
+    exe = where / name
+    subprocess.run(["gcc", *objs, *link, "-o", str(exe)], check=True)
     return exe
 
 

@@ -119,6 +119,22 @@ def test_unwind_rows_of_a_known_object(tmp_path):
     assert not rule_at(table, code[0][0])[4]
 
 
+def test_unwind_rows_without_a_search_table(tmp_path):
+    """A program linked without .eh_frame_hdr (as musl-gcc links): the same rows, read from
+    .eh_frame's own entries."""
+    import synthetic
+    from memhook import _native
+    with_table = synthetic.compile_program(tmp_path)
+    without = synthetic.compile_program(tmp_path, ["-Wl,--no-eh-frame-hdr"], "no_table")
+    sections = subprocess.run(["readelf", "-SW", str(without)], capture_output=True, text=True,
+                              check=True).stdout
+    assert ".eh_frame_hdr" not in sections and ".eh_frame" in sections
+    rows, info = _native.cfi_rows(str(without))
+    assert info["source"] == ".eh_frame (no search table)", info
+    assert info["fdes"] == _native.cfi_rows(str(with_table))[1]["fdes"] > 3
+    assert rules(without) == rules(with_table)
+
+
 def test_slots_patched_and_restored_by_the_hook_library(tmp_path):
     """The one owner of the slot rules (hook_library/slots.h), in-process: of a plan of five
     slots, the one holding the real function, the lazily bound one (in its PLT) and the one in

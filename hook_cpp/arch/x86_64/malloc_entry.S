@@ -66,7 +66,15 @@ memhook_hook_malloc:
   .cfi_adjust_cfa_offset -8
   testq %rax, %rax
   je 7f
+#ifdef MEMHOOK_MUSL
+  movq %rax, %rcx               // p, kept: the TLS descriptor's call returns in %rax alone
+  leaq memhook_t_state@tlsdesc(%rip), %rax
+  call *memhook_t_state@tlscall(%rax)
+  movq %rax, %r11               // the state's offset from %fs, as initial-exec's load gives it
+  movq %rcx, %rax
+#else
   movq memhook_t_state@gottpoff(%rip), %r11
+#endif
   movq memhook_session(%rip), %rdi
   cmpq %fs:TS_GENERATION(%r11), %rdi       // tracing every call, this session's ring claimed, the guard clear
   jne 6f                        // (and the same 8 bytes clear the guard at the end)
