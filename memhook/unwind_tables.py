@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from . import _native
 
-CACHE_VERSION = 4  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone
+CACHE_VERSION = 5  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
+# 5: rows from an .eh_frame without its search table, and the count of exported functions
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
 
@@ -160,6 +161,18 @@ class UnwindTables:
         for key in modules:
             m, r = self.objects.get(key, (None, None))
             # (An object whose CFI memhook cannot read may still have rows for its PLT.)
-            if r is not None and (r.info.get("problem") or len(r.rows) < 2 * _native.ROW_BYTES):
+            if r is None:
+                continue
+            if r.info.get("problem") or len(r.rows) < 2 * _native.ROW_BYTES:
                 out.append((m.path, r.info.get("problem") or "no call-frame information"))
+            elif sparse(r.info):
+                out.append((m.path, f"rows for only {r.info['fdes']} of its "
+                                    f"{r.info['functions']} exported functions (built without "
+                                    "unwind tables, as musl's libc is)"))
         return out
+
+
+def sparse(info: dict) -> bool:
+    """Call-frame information for a small part of an object's functions: stacks through the
+    rest end there unless they keep frame pointers (musl's libc.so: 4 FDEs, 1,500 functions)."""
+    return info.get("functions", 0) >= 100 and info.get("fdes", 0) * 10 < info["functions"]

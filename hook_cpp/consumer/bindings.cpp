@@ -227,6 +227,7 @@ py::tuple rows_of_file(const std::string& path) {
   info["problem"] = r.problem;
   info["fdes"] = r.fdes;
   info["stop_rows"] = r.stop_rows;
+  info["functions"] = r.functions;
   info["main"] = r.main;
   info["main_end"] = r.main_end;
   return py::make_tuple(py::bytes((const char*)r.rows.data(), r.rows.size() * sizeof(Row)), info);

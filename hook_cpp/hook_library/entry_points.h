@@ -133,7 +133,13 @@ static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(re
     uint64_t size = (size_expr);                                       \
     bool track_old = p && (!g_sample_rate || sampled_live((uint64_t)p)); \
     bool track_new = !g_selective || chosen(t, size);                  \
-    if (!track_old && !track_new) return REAL(sym) args;               \
+    if (!track_old && !track_new) {                                    \
+      if (!LIBC_NESTS) return REAL(sym) args;                          \
+      t.in_hook = 1; /* musl: its inner malloc and free are this call */ \
+      void* result = REAL(sym) args;                                   \
+      t.in_hook = 0;                                                   \
+      return result;                                                   \
+    }                                                                  \
     t.in_hook = 1;                                                     \
     void* result = record_realloc(t, ID_##sym, p, size, track_old, track_new, \
                                   (void**)__builtin_frame_address(0), call_##sym, \

@@ -312,6 +312,24 @@ uint64_t main_address(Elf* elf, const GElf_Ehdr& eh) {
   return found;
 }
 
+// Functions the dynamic symbol table defines: what an object exports, to weigh its FDE count
+// against (musl's libc.so, built without unwind tables, has a handful of FDEs for ~1500).
+uint32_t exported_functions(Elf* elf) {
+  uint32_t n = 0;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn));) {
+    GElf_Shdr sh;
+    if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* d = elf_getdata(scn, nullptr);
+    const size_t count = d && sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+    for (size_t i = 0; i < count; i++) {
+      GElf_Sym sym;
+      n += gelf_getsym(d, int(i), &sym) && GELF_ST_TYPE(sym.st_info) == STT_FUNC &&
+           sym.st_shndx != SHN_UNDEF;
+    }
+  }
+  return n;
+}
+
 struct ElfFile {
   int fd = -1;
   Elf* elf = nullptr;
@@ -344,6 +362,7 @@ CfiRows cfi_rows(const std::string& path) {
     return out;
   }
   const Sections s = find_sections(f.elf);
+  out.functions = exported_functions(f.elf);
   std::vector<uint64_t> starts;
   Dwarf_CFI* cfi = nullptr;
   if (s.has_eh_frame && (starts_from_hdr(s, &starts) || starts_from_eh_frame(f.elf, s, &starts)) &&

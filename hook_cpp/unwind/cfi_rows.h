@@ -14,6 +14,7 @@ struct CfiRows {
   std::string problem;    // why there are no rows, if there are none
   uint32_t fdes = 0;      // FDEs read
   uint32_t stop_rows = 0; // rows inside FDEs that no rule could express
+  uint32_t functions = 0; // functions its dynamic symbol table defines (exported)
   uint64_t main = 0;      // an executable's main, whose rows say kRowLast (0: none found)
   uint64_t main_end = 0;  // where its FDE ends
 };

@@ -1,8 +1,9 @@
-"""Targets on other glibcs, as containers run them (issue 31): Debian 11 (glibc 2.31) and Debian
+"""Targets on other libcs, as containers run them (issue 31). Debian 11 (glibc 2.31) and Debian
 13 (2.41) root file systems (scripts/roots.sh), each target compiled inside its root by the root's
 own compiler and run there, once under chroot (the host sees its files by their host paths) and
 once in a mount namespace whose root is that directory (unshare -m, pivot_root: the target's
-/proc/PID/maps names the container's paths, as a container runtime's processes do)."""
+/proc/PID/maps names the container's paths, as a container runtime's processes do). And musl
+(Alpine's libc): targets built with musl-gcc."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ import pytest
 
 from conftest import TARGETS, Memhook, Target, assert_restored, run_memhook, site, slot_values
 from test_safety import killed_once_attached
-from test_whole_stacks import CASES, FRAMELESS, WALK, memhook_stacks
+from test_whole_stacks import CASES, FRAMELESS, WALK, gdb_stack, memhook_stacks
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
 SUITES = {"bullseye": "glibc 2.31", "trixie": "glibc 2.41"}
@@ -258,4 +259,103 @@ def test_noexec_tmp_inside_the_root(tmp_path, place):
     assert library and all(p.startswith(inside) for p in library), library
     target.command("go")
     assert site(mh.stop(), "late_leak")["outstanding_bytes"] == 7 * 99
+    assert target.finish() == 0
+
+
+# musl (Alpine's libc): targets built with musl-gcc (musl-tools), run on the host.
+MUSL_PLUGIN = """#include <stdlib.h>
+#include <string.h>
+void* plugin_kept[16];
+int plugin_n;
+__attribute__((noinline)) static void plugin_inner(int n) {
+  plugin_kept[plugin_n++ % 16] = memset(malloc(n), 1, n);
+}
+void plugin_leak(int n) { plugin_inner(n); }
+"""
+
+
+@pytest.fixture(scope="module")
+def musl_target(tmp_path_factory):
+    """tests/targets/libc_calls.c and a plugin, built with musl-gcc, dynamically linked."""
+    if shutil.which("musl-gcc") is None:
+        message = "musl-gcc is not installed (scripts/setup.sh installs musl-tools)"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    d = tmp_path_factory.mktemp("musl")
+    exe = d / "libc_calls"
+    subprocess.run(["musl-gcc", "-g", "-O0", "-fno-omit-frame-pointer", "-I", str(TARGETS),
+                    str(TARGETS / "libc_calls.c"), "-o", str(exe)], check=True)
+    (d / "plugin.c").write_text(MUSL_PLUGIN)
+    subprocess.run(["musl-gcc", "-g", "-O2", "-shared", "-fPIC", str(d / "plugin.c"), "-o",
+                    str(d / "libplugin.so")], check=True)
+    interp = subprocess.run(["readelf", "-l", str(exe)], capture_output=True, text=True).stdout
+    assert "ld-musl" in interp, interp
+    return exe
+
+
+def musl_version() -> str:
+    out = subprocess.run(["/lib/ld-musl-x86_64.so.1"], capture_output=True, text=True).stderr
+    return next(line.split()[1] for line in out.splitlines() if line.startswith("Version"))
+
+
+def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
+    """malloc, calloc, realloc, posix_memalign, strdup and free in a musl target: exact bytes;
+    stacks equal gdb's bt, return address by return address; strdup's stack ends in musl's
+    libc, which has no call-frame information for it, and the report says so in one line."""
+    target = targets(musl_target, argv=["setarch", "x86_64", "-R", str(musl_target)])
+    mh = Memhook(target.pid, tmp_path)
+    assert f", musl {musl_version()}): " in mh.attached_line, mh.attached_line
+    target.command("each")
+    report = mh.stop()
+    assert target.finish() == 0
+    assert report["libc"] == f"musl {musl_version()}"
+    want = {"leak_malloc": (1001, ["malloc"]), "leak_calloc": (999, ["calloc"]),
+            "leak_realloc": (2002, ["realloc"]), "leak_memalign": (3003, ["posix_memalign"])}
+    for function, (size, operations) in want.items():
+        # (musl's calloc, realloc and posix_memalign call malloc: those calls are theirs)
+        sites = [s for s in report["sites"] if s["frames"][0]["function"] == function
+                 and s["operations"] == operations]
+        assert len(sites) == 1, (function, report["sites"])
+        s = sites[0]
+        assert (s["outstanding_bytes"], s["outstanding_count"], s["alloc_count"]) == (size, 1, 1)
+        assert [f["function"] for f in s["frames"]] == [function, "main"], s["frames"]
+    first = {s["frames"][0]["function"] for s in report["sites"]}
+    assert first == {*want, "strdup", "churn"}, first  # no site inside calloc or the others
+    strdup = site(report, "strdup")
+    assert (strdup["outstanding_bytes"], strdup["frames"][0]["module"].endswith("libc.so")) \
+        == (4004, True), strdup
+    churn = site(report, "churn")
+    assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (100, 100, 0)
+    t = report["totals"]
+    assert t["outstanding_bytes"] == 1001 + 999 + 2002 + 3003 + 4004
+    assert t["alloc_count"] == 5 + 1 + 100  # leak_realloc's malloc(10) too
+    assert t["unknown_free_count"] == 0 and t["dropped_events"] == 0
+    stacks = memhook_stacks(report)
+    for function, hooked in (("leak_malloc", "malloc"), ("leak_memalign", "posix_memalign")):
+        want = gdb_stack(musl_target, ["each"], function, hooked)
+        addrs = [a for a, _ in want]
+        assert [n for _, n in want] == [function, "main"], want
+        assert any(a == addrs for a, _, _ in stacks), (function, want, stacks)
+    text = run_memhook("report", mh.capture).stdout
+    assert f"), musl {musl_version()}, " in text.splitlines()[0], text.splitlines()[0]
+    note = [line for line in text.splitlines() if "libc.so: rows for only" in line]
+    assert len(note) == 1 and "exported functions" in note[0], text
+
+
+def test_musl_library_loaded_after_attach(tmp_path, musl_target, targets):
+    """A musl library dlopen'ed while attached: its slots patched by the hook library itself,
+    its leak exact, its frames named."""
+    target = targets(musl_target)
+    mh = Memhook(target.pid, tmp_path)
+    target.command(f"dlopen {musl_target.parent / 'libplugin.so'}")
+    time.sleep(1.0)  # its unwind rows: memhook looks for new libraries every 50 ms
+    target.command("plugin 777")
+    target.command("plugin 778")
+    report = mh.stop()
+    s = site(report, "plugin_inner")
+    assert (s["outstanding_bytes"], s["outstanding_count"]) == (777 + 778, 2), s
+    assert [f["function"] for f in s["frames"]] == ["plugin_inner", "main"], s["frames"]
+    assert report["totals"]["outstanding_bytes"] == 777 + 778
+    target.command("plugin 5")  # it keeps working after detach
     assert target.finish() == 0
