@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 
@@ -112,6 +113,25 @@ def tracer(pid: int) -> int:
             if line.startswith("TracerPid:"):
                 return int(line.split()[1])
     return 0
+
+
+def fs_type(pid: int, path: str) -> str:
+    """The file system type under `path` as the target sees it (its root, its mounts): the
+    longest mount point of /proc/PID/mountinfo (relative to the target's root) that holds it;
+    "" if none does (a chroot whose own root is no mount point of its own)."""
+    best, kind = -1, ""
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            for line in f:
+                head, _, tail = line.partition(" - ")
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)),
+                               head.split()[4])
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) > best and tail:
+                    best, kind = len(point), tail.split()[0]
+    except (OSError, IndexError):
+        return ""
+    return kind
 
 
 def command_name(pid: int) -> str:

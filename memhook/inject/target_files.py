@@ -16,10 +16,13 @@ import secrets
 import shutil
 import stat
 
-from .. import _native
+from .. import _native, procfs
 from ..procfs import ProcessInfo, TargetError, start_ticks
 
 SEGMENT_DIR = "dev/shm"
+# Where the segment goes when the target's /dev/shm is no tmpfs (a chroot that mounted none): a
+# file system in memory, or the rings would be a file on disk that the kernel keeps writing back.
+SEGMENT_FALLBACKS = ("run/shm", "tmp", "var/tmp")
 LIBRARY_DIRS = ("tmp", "var/tmp", "dev/shm")
 
 
@@ -46,10 +49,29 @@ def _name(*parts) -> str:
 STALE = re.compile(r"^memhook-(\d+)-(?:\d+-)?[0-9a-f]{32}$")
 
 
+def segment_dir(pid: int) -> tuple[str, str]:
+    """The directory of the target's root for its segment, and a note for the user when it is
+    not in memory: /dev/shm if a tmpfs, else the first tmpfs of SEGMENT_FALLBACKS."""
+    if procfs.fs_type(pid, "/" + SEGMENT_DIR) == "tmpfs":
+        return SEGMENT_DIR, ""
+    for where in SEGMENT_FALLBACKS:
+        if procfs.fs_type(pid, "/" + where) == "tmpfs" and os.path.isdir(
+                f"/proc/{pid}/root/{where}"):
+            return where, ""
+    kind = procfs.fs_type(pid, "/" + SEGMENT_DIR) or "the root's own file system"
+    return SEGMENT_DIR, (f"the target's /{SEGMENT_DIR} is not a tmpfs ({kind}), nor is any of "
+                         + ", ".join("/" + d for d in SEGMENT_FALLBACKS)
+                         + ": its rings are a file on disk, which the kernel writes back and "
+                         "which lengthens a second attach's pause; mount a tmpfs on "
+                         f"/{SEGMENT_DIR} in its root to avoid it")
+
+
 def remove_stale(pid: int) -> None:
     """Files a memhook killed in mid-attach left in the target's /dev/shm and /tmp (their
     creator is gone); only root's library directories and the target's own segments."""
-    for where, is_dir in ((SEGMENT_DIR, False), *((d, True) for d in LIBRARY_DIRS)):
+    dirs = [(d, False) for d in (SEGMENT_DIR, *SEGMENT_FALLBACKS)]
+    dirs += [(d, True) for d in LIBRARY_DIRS]
+    for where, is_dir in dirs:
         try:
             d = open_dir_in_root(pid, where)
         except OSError:
@@ -87,11 +109,12 @@ class Segment:
                  abandon_after_s: float = 5.0, sample_rate: int = 0, no_avx512: bool = False,
                  unwind_bytes: int = 0, slots: list = ()):
         self.name = _name(info.pid)
-        self.target_path = f"/{SEGMENT_DIR}/{self.name}"
+        where, self.note = segment_dir(info.pid)
+        self.target_path = f"/{where}/{self.name}"
         try:
-            self._dir = open_dir_in_root(info.pid, SEGMENT_DIR)
+            self._dir = open_dir_in_root(info.pid, where)
         except OSError as e:
-            raise TargetError(f"cannot use /{SEGMENT_DIR} of the target: {e.strerror}") from None
+            raise TargetError(f"cannot use /{where} of the target: {e.strerror}") from None
         fd = os.open(self.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=self._dir)
         try:

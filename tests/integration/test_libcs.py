@@ -25,7 +25,7 @@ WAYS = ["chroot", "namespace"]
 
 # In a new mount namespace: the root directory bound onto itself and made the namespace's root
 # with pivot_root, the host's tree detached, /proc mounted (as a container runtime does); the
-# directories named after the root made noexec first. $1 = root, $2 = noexec dirs, then argv.
+# directories named after the root made noexec first, a tmpfs on /dev/shm. $1 = root, $2 = noexec dirs, then argv.
 ENTER = r"""set -e
 root=$1; noexec=$2; shift 2
 mount --bind "$root" "$root"
@@ -34,6 +34,7 @@ cd "$root"
 mkdir -p .host
 pivot_root . .host
 mount -t proc proc /proc
+mount -t tmpfs -o mode=1777 shm /dev/shm
 umount -l /.host
 rmdir /.host
 exec "$@"
@@ -150,6 +151,8 @@ def test_exact_bytes_named_frames_and_a_library_loaded_later(tmp_path, place):
     target.command("go")
     target.command("load")
     report = mh.stop()
+    # A plain chroot has no /dev/shm of its own: memhook says what that costs.
+    assert ("/dev/shm is not a tmpfs" in mh.stderr) == (place.way == "chroot"), mh.stderr
     assert report["libc"] == place.libc
     leak = site(report, "late_leak")
     assert (leak["outstanding_bytes"], leak["outstanding_count"]) == (7 * 99, 7)

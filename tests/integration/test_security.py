@@ -46,6 +46,7 @@ def test_symlinked_shm_dir_is_not_followed(tmp_path, nobody_target, monkeypatch)
     decoy.mkdir()
     (tmp_path / "shm-link").symlink_to(decoy)
     monkeypatch.setattr(target_files, "SEGMENT_DIR", str(tmp_path / "shm-link").lstrip("/"))
+    monkeypatch.setattr(target_files, "SEGMENT_FALLBACKS", ())  # (a tmpfs /tmp would be one)
     info = process_info(nobody_target.pid)
     with pytest.raises(TargetError):
         target_files.Segment(info, nrings=1, ring_bytes=4096, depth=4, clock=0, min_size=0,
