@@ -87,7 +87,7 @@ def is_libc(path: str) -> bool:
     return re.fullmatch(r"libc(-\d+(\.\d+)*)?\.so(\.\d+)*", os.path.basename(path)) is not None
 
 
-# The oldest of each that memhook's hook library loads into (hook_cpp/hook_library/libc_baseline.h).
+# The oldest of each that the hook library loads into (hook_cpp/hook_library/libc.h).
 BASELINE = {"glibc": (2, 17), "musl": (1, 2)}
 # Where each states its version: glibc's banner (gnu_get_libc_version's string is beside it) and
 # musl's version string, which its loader prints after "Version" (one per file).
@@ -107,8 +107,12 @@ def libc_version(kind: str, file: str) -> str:
         return ""
 
 
-def _too_old(kind: str, version: str) -> bool:
-    return bool(version) and tuple(int(x) for x in version.split(".")[:2]) < BASELINE[kind]
+def baseline_problem(kind: str, version: str) -> str:
+    """One line if this libc is older than the hook library loads into, else ""."""
+    if not version or tuple(int(x) for x in version.split(".")[:2]) >= BASELINE[kind]:
+        return ""
+    return (f"the target's {kind} is {version}; memhook's hook library needs {kind} "
+            f"{'.'.join(map(str, BASELINE[kind]))} or newer")
 
 
 def _headers(elf, p_type: str | None = None) -> list:
@@ -330,9 +334,8 @@ def scan(pid: int, exe_path: str) -> Layout:
     if libc is None:
         raise TargetError(f"cannot find the target's libc among its libraries (loader {interp})")
     version = libc_version(kind, libc.file)
-    if _too_old(kind, version):
-        raise TargetError(f"the target's {kind} is {version}; memhook's hook library needs "
-                          f"{kind} {'.'.join(map(str, BASELINE[kind]))} or newer")
+    if baseline_problem(kind, version):
+        raise TargetError(baseline_problem(kind, version))
     dlopen, mode = real.get(hooks.BY_SYMBOL["dlopen"].id, 0), 0
     if not dlopen and kind == "glibc":
         # glibc < 2.34 without libdl loaded: its private loader entry point.

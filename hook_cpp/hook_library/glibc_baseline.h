@@ -1,6 +1,6 @@
 // The hook library loads into any glibc from 2.17 on, whatever glibc it was built against: each
 // versioned function it imports is bound to its oldest version (benchmarks/README.md, tests/unit/
-// test_glibc_baseline.py checks the built library). Before 2.34 dlopen, dlsym, dladdr and dlclose
+// test_libc_baseline.py checks the built library). Before 2.34 dlopen, dlsym, dladdr and dlclose
 // live in libdl.so.2 and the pthread functions in libpthread.so.0 (the library names both as
 // needed: CMakeLists.txt); since 2.34 libc.so.6 keeps these old versions for old programs.
 // fstat, versioned 2.33 (before it, a macro over __fxstat), is a system call in lifecycle.h.

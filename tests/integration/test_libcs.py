@@ -72,13 +72,14 @@ class Place:
         subprocess.run(["chroot", str(self.root), "sh", "-c", f"cd {self.inside(d)} && {cmd}"],
                        check=True, capture_output=True, timeout=300)
 
-    def build(self, source: str, *, flags: str = "-g -O0 -fno-omit-frame-pointer") -> Path:
+    def build(self, source: str, *, flags: str = "-g -O0 -fno-omit-frame-pointer",
+              libs: str = "-lpthread -ldl") -> Path:
         d = self.workdir()
         for f in ("harness.h", source):
             shutil.copy(TARGETS / f, d / f)
         compiler = "g++" if source.endswith(".cpp") else "gcc"
         out = Path(source).stem
-        self.sh(d, f"{compiler} {flags} -I. {source} -o {out} -lpthread -ldl")
+        self.sh(d, f"{compiler} {flags} -I. {source} -o {out} {libs}")
         return d / out
 
     def seen(self, host_path: Path) -> str:
@@ -162,11 +163,12 @@ def test_exact_bytes_named_frames_and_a_library_loaded_later(tmp_path, place):
     assert site(report, "plugin_leak_malloc")["outstanding_bytes"] == 12 * 555
     assert site(report, "plugin_leak_table")["outstanding_bytes"] == 5 * 333
     assert report["totals"]["outstanding_bytes"] == 7 * 99 + 8 * 777 + 12 * 555 + 5 * 333
-    text = run_memhook("report", mh.capture).stdout
-    assert f"), {place.libc}, " in text.splitlines()[0], text.splitlines()[0]
-    assert "not symbolized" not in text, text
     target.command("go")  # it keeps working after detach
     assert target.finish() == 0
+    # Offline, the target gone: a namespace's files are found by build-id where memhook kept them.
+    text = run_memhook("report", mh.capture).stdout
+    assert f"), {place.libc}, " in text.splitlines()[0], text.splitlines()[0]
+    assert "not symbolized" not in text and "late_leak" in text, text
 
 
 def root_gdb_stack(place: Place, exe: Path, commands: list, stop_at: str, hooked: str,
@@ -302,6 +304,46 @@ def musl_version() -> str:
     return next(line.split()[1] for line in out.splitlines() if line.startswith("Version"))
 
 
+def assert_each_call_exact(report: dict) -> None:
+    """libc_calls.c's "each": every call's bytes at its own site, stacks [function, main], and
+    no site inside the C library's allocating functions (musl's calloc calls malloc)."""
+    want = {"leak_malloc": (1001, ["malloc"]), "leak_calloc": (999, ["calloc"]),
+            "leak_realloc": (2002, ["realloc"]), "leak_memalign": (3003, ["posix_memalign"])}
+    for function, (size, operations) in want.items():
+        sites = [s for s in report["sites"] if s["frames"][0]["function"] == function
+                 and s["operations"] == operations]
+        assert len(sites) == 1, (function, report["sites"])
+        s = sites[0]
+        assert (s["outstanding_bytes"], s["outstanding_count"], s["alloc_count"]) == (size, 1, 1)
+        assert [f["function"] for f in s["frames"]] == [function, "main"], s["frames"]
+    first = {s["frames"][0]["function"] for s in report["sites"]}
+    assert first - {"strdup", "__strdup"} == {*want, "churn"}, first
+    strdup = [s for s in report["sites"] if s["frames"][0]["function"] in ("strdup", "__strdup")
+              or s["frames"][0]["function"] == "leak_strdup"]
+    assert sum(s["outstanding_bytes"] for s in strdup) == 4004, strdup
+    churn = site(report, "churn")
+    assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (100, 100, 0)
+    t = report["totals"]
+    assert t["outstanding_bytes"] == 1001 + 999 + 2002 + 3003 + 4004
+    assert t["alloc_count"] == 5 + 1 + 100  # leak_realloc's malloc(10) too
+    assert t["unknown_free_count"] == 0 and t["dropped_events"] == 0
+
+
+def test_no_libdl_every_call_exact(tmp_path, place):
+    """A program that never calls dlopen: before glibc 2.34 it loads no libdl, and memhook loads
+    its library through libc's own __libc_dlopen_mode. Every allocating call exact."""
+    exe = place.build("libc_calls.c", flags="-g -O0 -fno-omit-frame-pointer -DNO_DL", libs="")
+    needed = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True).stdout
+    assert "libdl" not in needed, needed
+    target = started(place, exe)
+    assert not [line for line in open(f"/proc/{target.pid}/maps") if "libdl" in line]
+    mh = Memhook(target.pid, tmp_path)  # (its library then loads libdl, which it names)
+    target.command("each")
+    report = mh.stop()
+    assert_each_call_exact(report)
+    assert target.finish() == 0
+
+
 def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
     """malloc, calloc, realloc, posix_memalign, strdup and free in a musl target: exact bytes;
     stacks equal gdb's bt, return address by return address; strdup's stack ends in musl's
@@ -313,27 +355,9 @@ def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
     report = mh.stop()
     assert target.finish() == 0
     assert report["libc"] == f"musl {musl_version()}"
-    want = {"leak_malloc": (1001, ["malloc"]), "leak_calloc": (999, ["calloc"]),
-            "leak_realloc": (2002, ["realloc"]), "leak_memalign": (3003, ["posix_memalign"])}
-    for function, (size, operations) in want.items():
-        # (musl's calloc, realloc and posix_memalign call malloc: those calls are theirs)
-        sites = [s for s in report["sites"] if s["frames"][0]["function"] == function
-                 and s["operations"] == operations]
-        assert len(sites) == 1, (function, report["sites"])
-        s = sites[0]
-        assert (s["outstanding_bytes"], s["outstanding_count"], s["alloc_count"]) == (size, 1, 1)
-        assert [f["function"] for f in s["frames"]] == [function, "main"], s["frames"]
-    first = {s["frames"][0]["function"] for s in report["sites"]}
-    assert first == {*want, "strdup", "churn"}, first  # no site inside calloc or the others
+    assert_each_call_exact(report)
     strdup = site(report, "strdup")
-    assert (strdup["outstanding_bytes"], strdup["frames"][0]["module"].endswith("libc.so")) \
-        == (4004, True), strdup
-    churn = site(report, "churn")
-    assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (100, 100, 0)
-    t = report["totals"]
-    assert t["outstanding_bytes"] == 1001 + 999 + 2002 + 3003 + 4004
-    assert t["alloc_count"] == 5 + 1 + 100  # leak_realloc's malloc(10) too
-    assert t["unknown_free_count"] == 0 and t["dropped_events"] == 0
+    assert strdup["frames"][0]["module"].endswith("libc.so"), strdup  # ends there: no CFI
     stacks = memhook_stacks(report)
     for function, hooked in (("leak_malloc", "malloc"), ("leak_memalign", "posix_memalign")):
         want = gdb_stack(musl_target, ["each"], function, hooked)

@@ -3,13 +3,18 @@
  * purpose, so the report's bytes are known. Commands:
  *   each      malloc 1001, calloc 3 x 333, realloc of a malloc(10) to 2002, posix_memalign
  *             (64) 3003, strdup of 4003 characters (4004 bytes), and 100 malloc(555)/free pairs
- *   dlopen PATH   load a library; plugin N: call its plugin_leak(N) */
+ *   dlopen PATH   load a library; plugin N: call its plugin_leak(N)
+ * Built with -DNO_DL it calls no dlopen (a glibc before 2.34 then loads no libdl). */
+#ifndef NO_DL
 #include <dlfcn.h>
+#endif
 #include "harness.h"
 
 static void* kept[64];
 static int nkept;
+#ifndef NO_DL
 static void* plugin;
+#endif
 
 NOINLINE static void leak_malloc(void) { kept[nkept++] = malloc(1001); }
 NOINLINE static void leak_calloc(void) { kept[nkept++] = calloc(3, 333); }
@@ -46,13 +51,16 @@ int main(void) {
       leak_memalign();
       leak_strdup();
       churn();
-    } else if (!strncmp(cmd, "dlopen ", 7)) {
+    }
+#ifndef NO_DL
+    else if (!strncmp(cmd, "dlopen ", 7)) {
       plugin = dlopen(cmd + 7, RTLD_NOW);
       if (!plugin) printf("dlopen failed: %s\n", dlerror());
     } else if (!strncmp(cmd, "plugin ", 7)) {
       void (*leak)(int) = (void (*)(int))dlsym(plugin, "plugin_leak");
       leak(atoi(cmd + 7));
     }
+#endif
     harness_done();
   }
   return 0;
