@@ -53,7 +53,8 @@ class LiveView:
         elapsed = int(now - self.t0)
         return ([f"memhook  PID {self.session.pid}  attached "
                  f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "
-                 f"[{stamp}]  Ctrl-C detaches  {one_line(self.session.info.command)}", head, "",
+                 f"[{stamp}]  Ctrl-C detaches  {one_line(self.session.info.command)}"
+                 + (f"  ({self.session.libc})" if self.session.libc else ""), head, "",
                  f"{'OUTSTANDING':>12}  {'GROWTH':>14}  WHERE"]
                 + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows])
 

@@ -107,7 +107,9 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>memhook report: "
              f"{who}</title><style>{STYLE}</style></head><body>",
              f"<h1>memhook report: {who}</h1>",
-             f"<p>{html.escape(str(report['command']))} — {report['duration_s']} s traced"
+             f"<p>{html.escape(str(report['command']))} — "
+             + (f"{html.escape(report['libc'])}, " if report.get("libc") and not procs else "")
+             + f"{report['duration_s']} s traced"
              + (" (capture cut off)" if report.get("incomplete") else "") + "</p>",
              "<table>"]
     for label, value in (("outstanding", f"{human_bytes(t['outstanding_bytes'])} in "

@@ -3,6 +3,7 @@ read by Go's pprof, folded for flame graphs, compared, and fuzzed."""
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -248,7 +249,7 @@ def test_kill_9_with_default_intervals(tmp_path, targets, kill_at):
     proc = run_memhook("report", out)
     assert proc.returncode == 0 and "cut off" in proc.stderr, proc.stderr
     head = proc.stdout.splitlines()[0]
-    traced = float(head.split("), ")[1].split(" s traced")[0])
+    traced = float(re.search(r"([\d.]+) s traced", head).group(1))
     assert 0.9 <= traced <= kill_at and "[capture cut off]" in head, head
     assert "late_leak" in proc.stdout and "No outstanding allocations" not in proc.stdout
     rep = report_json(out)

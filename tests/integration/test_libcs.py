@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TARGETS, Memhook, Target, assert_restored, run_memhook, site, slot_values
-from test_safety import killed_once_attached
+from test_safety import forks_while_attached, killed_once_attached
 from test_whole_stacks import CASES, FRAMELESS, WALK, gdb_stack, memhook_stacks
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
@@ -230,14 +230,7 @@ def test_fork_then_kill_9_then_attach_again(tmp_path, place):
     target unhooks itself at its next allocations, and a new memhook attaches exactly."""
     exe = place.build("lifecycle.c")
     target = started(place, exe, "/nonexistent.so")
-    mh = Memhook(target.pid, tmp_path)
-    for _ in range(3):
-        assert target.ask("fork", "child") == "child 0"
-    report = mh.stop()
-    main_leaks = [s for s in report["sites"] if s["frames"][0]["function"] == "main"]
-    assert sum(s["outstanding_bytes"] for s in main_leaks) == 3 * 5 * 111
-    assert report["totals"]["alloc_count"] == 3 * 5
-
+    forks_while_attached(target, tmp_path)
     _, before = slot_values(target.pid, place.seen(exe))
     killed_once_attached(target.pid, "1")
     target.command("go")
