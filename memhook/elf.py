@@ -17,7 +17,7 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import arch, hooks
+from . import allocators, arch, hooks
 from .procfs import Mapping, Memory, TargetError, read_maps
 
 PAGE = 4096
@@ -28,6 +28,9 @@ ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx"
                       ("value", "<u8"), ("size", "<u8")])
 STT_FUNC, STB_GLOBAL, STB_WEAK = 2, 1, 2
 HELPERS = {"dlerror", "__libc_dlopen_mode", "munmap"}  # what the agent calls, besides the hooks
+# Objects whose allocation functions are the ones memhook's slots are made for: the libcs, their
+# loaders, the C++ runtimes' operator new, memhook's own library.
+OWN_ALLOCATOR = re.compile(r"^(libc[.-]|ld-linux|ld-musl|libstdc\+\+|libc\+\+|libmemhook)")
 
 
 @dataclass
@@ -53,6 +56,8 @@ class LoadedObject:
     skip: str = ""     # why memhook leaves it alone ("" = patch it)
     defined: dict = field(default_factory=dict)  # hooked symbol -> absolute address, if defined
     libc: bool = False
+    exported: set = field(default_factory=set)  # its .dynsym's allocation functions (any family)
+    allocators: list = field(default_factory=list)  # allocators.Found: what else it defines
 
 
 @dataclass
@@ -71,6 +76,11 @@ class Layout:
     @property
     def slots(self) -> list:
         return [s for o in self.objects if not o.skip for s in o.slots]
+
+    @property
+    def allocators(self) -> list:
+        """Allocation functions defined beside libc's, and how calls reach them."""
+        return [f for o in self.objects for f in o.allocators]
 
 
 def _open_elf(path: str):
@@ -205,6 +215,7 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         and versym["sh_size"] == 2 * len(syms) else np.zeros(len(syms), bool)
     defined = (syms["shndx"] != 0) & ((syms["info"] & 0xF) == STT_FUNC) & (
         ((syms["info"] >> 4) == STB_GLOBAL) | ((syms["info"] >> 4) == STB_WEAK)) & ~hidden
+    obj.exported = {names[i] for i in np.flatnonzero(defined) if allocators.candidate(names[i])}
     index_of = {}  # symbol table index -> hook id
     for i, name in enumerate(names):
         hook_id = wanted.get(name)
@@ -313,6 +324,9 @@ def scan(pid: int, exe_path: str) -> Layout:
                 continue
             obj.build_id = build_id(elf)
             _scan_object(obj, elf, wanted)
+            if not OWN_ALLOCATOR.search(os.path.basename(home.path)):
+                obj.allocators = allocators.find(home.path, elf, obj.exported,
+                                                 executable=home.path == exe_path)
         loader = (os.path.basename(l_name) == os.path.basename(interp)
                   or os.path.basename(home.path) == os.path.basename(os.path.realpath(interp)))
         if loader and kind == "musl":

@@ -96,6 +96,8 @@ def say_attached(session, result: dict) -> None:
           + (f", {late} in libraries loaded meanwhile" if late else "")
           + (f", {len(session.skipped)} left alone" if session.skipped else "")
           + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for found in session.allocators:
+        print(f"memhook: {found.line()}", file=sys.stderr)
     if session.segment is not None and session.segment.note:
         print(f"memhook: {session.segment.note}", file=sys.stderr)
     for path, why in session.skipped_objects:

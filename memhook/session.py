@@ -111,6 +111,7 @@ class Session:
     loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
     library: str = ""  # the hook library build it loaded (glibc's or musl's)
     libc: str = ""     # the target's libc and its version, as reports name it
+    allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
@@ -163,6 +164,7 @@ class Session:
             base = 0  # an older memhook's library: leave it inert, load ours
         self.skipped_objects = [(o.path, o.skip) for o in layout.objects
                                 if o.skip and o.skip != "memhook's own library"]
+        self.allocators = layout.allocators
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)
@@ -354,6 +356,10 @@ class Session:
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),
             "slots_restored": self.restored, "pause_ms": self.pause_ms,
             "skipped_objects": self.skipped_objects,
+            "allocators": [{"module": f.path, "family": f.family, "functions": f.names,
+                            "traced": "yes" if not f.untraced else
+                            "from other objects only" if f.hooked else "no",
+                            "note": f.line()} for f in self.allocators],
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,
                        "without_rows": self.unwind.without_rows(self.modules)},

@@ -17,6 +17,8 @@ pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
+# For the tests of allocators linked into the executable: jemalloc's static library.
+[ -e /usr/lib/x86_64-linux-gnu/libjemalloc.a ] || missing+=(libjemalloc-dev)
 # For the tests of other glibcs: Debian root file systems (scripts/roots.sh).
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 # For the test of the HTML report as a browser shows it.

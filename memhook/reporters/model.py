@@ -124,6 +124,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         "duration_s": meta.get("duration_s"),
         "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
         "sites": sites,
+        # allocation functions beside libc's, and whether their calls were traced (allocators.py)
+        "allocators": [a for a in meta.get("allocators", []) if isinstance(a, dict)],
     }
     if cap.series and len(cap.series.get("time_s", [])):
         columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS if k in cap.series]

@@ -57,6 +57,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         lines.append("  process: " + process_memory_text(pm))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
+    for a in report.get("allocators", []):
+        if a.get("traced") != "yes":
+            lines.append(f"  {one_line(str(a.get('note', '')), limit=400)}")
     for m in report.get("modules_without_unwind_rows", []):
         lines.append(f"  no unwind rows: {m['module']}: {m['reason']} (its frames are walked by "
                      "frame pointer; where it has none, stacks end there: [no unwind info])")

@@ -94,7 +94,8 @@ def test_the_check_finds_a_circle():
     assert cycles(g) == [["a", "b", "c"]]
 
 
-STAGES = ["memhook.procfs", "memhook.format", "memhook.arch", "memhook.hooks", "memhook.elf",
+STAGES = ["memhook.procfs", "memhook.format", "memhook.arch", "memhook.hooks",
+          "memhook.allocators", "memhook.elf",
           "memhook.module_files",
           "memhook.unwind_tables", "memhook.inject", "memhook.session", "memhook.capture",
           "memhook.symbolize", "memhook.analysis", "memhook.reporters", "memhook.push",
