@@ -1,0 +1,110 @@
+"""Entry patching, planned (issue 32): where calls to an allocation function reach no GOT slot (an
+allocator linked into the executable), its first instructions are to become a jump to memhook's
+hook, and the hook is to call the original through a trampoline holding those instructions.
+
+Planned here, while the target runs, from its own memory: the function's first instructions
+(at least the 5 bytes of a `jmp rel32`) are decoded and relocated to the trampoline's address by
+iced-x86's BlockEncoder, which fixes RIP-relative operands and branches; the function's body,
+sized by its symbol, is decoded whole, and one whose own branches land inside the patched bytes
+is refused. Each function gets a 64-byte cell in an area within +-2 GiB of it: a stub that jumps
+to the hook's absolute address (the hook library writes it: it knows its own addresses), then
+the trampoline, which ends with a jump back to the first instruction not moved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iced_x86 import BlockEncoder, Code, Decoder, FlowControl, Instruction, OpKind
+
+JMP_LEN = 5           # E9 rel32: what the entry becomes
+CELL = 64             # bytes per patched function in the area
+STUB = 16             # the cell's first bytes: FF 25 00000000 <hook address>, then int3 padding
+MAX_ORIGINAL = 32     # bytes of the function's start the plan keeps (to check and to restore)
+NEAR = 1 << 31
+BRANCHES = (FlowControl.UNCONDITIONAL_BRANCH, FlowControl.CONDITIONAL_BRANCH, FlowControl.CALL,
+            FlowControl.XBEGIN_XABORT_XEND)
+
+
+class Refused(Exception):
+    """Why a function cannot be entry-patched: said in one line, nothing written."""
+
+
+@dataclass
+class EntryPlan:
+    name: str
+    hook_id: int
+    address: int        # the function's entry in the target
+    length: int         # bytes replaced by the jump (whole instructions, >= JMP_LEN)
+    original: bytes     # the function's first MAX_ORIGINAL bytes as planned
+    cell: int           # the cell's address in the area
+    trampoline: bytes   # the relocated instructions and the jump back, at cell + STUB
+
+    @property
+    def trampoline_address(self) -> int:
+        return self.cell + STUB
+
+
+def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: int) -> EntryPlan:
+    """The plan for one function: `body` is its code as mapped at `address` (its symbol's
+    `size` bytes; at least MAX_ORIGINAL when the size is unknown)."""
+    if size and size < JMP_LEN:
+        raise Refused(f"{name} is {size} bytes long, shorter than the {JMP_LEN}-byte jump")
+    if abs(cell - address) >= NEAR - CELL:
+        raise Refused(f"{name}: no memory for its trampoline within 2 GiB")
+    moved, length = [], 0
+    decoder = Decoder(64, body, ip=address)
+    for insn in decoder:
+        if insn.code == Code.INVALID:
+            raise Refused(f"{name}: an instruction at +{insn.ip - address:#x} cannot be decoded")
+        moved.append(insn)
+        length += insn.len
+        if length >= JMP_LEN:
+            break
+        if insn.flow_control in (FlowControl.RETURN, FlowControl.UNCONDITIONAL_BRANCH,
+                                 FlowControl.INDIRECT_BRANCH, FlowControl.INTERRUPT):
+            raise Refused(f"{name} ends (or jumps away) within its first {JMP_LEN} bytes")
+    if length < JMP_LEN or (size and length > size):
+        raise Refused(f"{name} is too short to patch")
+    # No branch of the function itself may land inside the bytes the jump replaces (its loop
+    # back to the start is fine: the start is the jump).
+    end = address + (size or len(body))
+    for insn in Decoder(64, body[:end - address], ip=address):
+        if insn.code == Code.INVALID:
+            break
+        if insn.flow_control in BRANCHES and insn.op0_kind in _NEAR_KINDS:
+            target = insn.near_branch_target
+            if address < target < address + length:
+                raise Refused(f"{name}: the branch at +{insn.ip - address:#x} lands inside the "
+                              f"{length} bytes a jump would replace")
+    # The moved instructions at the trampoline, then the jump back to the first one not moved.
+    back = Instruction.create_branch(Code.JMP_REL32_64, address + length)
+    try:
+        encoder = BlockEncoder(64)
+        encoder.add_many(moved + [back])
+        code = encoder.encode(cell + STUB)
+    except ValueError as e:  # iced: an operand it cannot reach from the trampoline
+        raise Refused(f"{name}: its first instructions cannot be relocated ({e})") from None
+    if STUB + len(code) > CELL:
+        raise Refused(f"{name}: its relocated instructions take {len(code)} bytes, more than "
+                      f"a cell holds")
+    return EntryPlan(name, hook_id, address, length, bytes(body[:MAX_ORIGINAL]), cell, code)
+
+
+_NEAR_KINDS = (OpKind.NEAR_BRANCH16, OpKind.NEAR_BRANCH32, OpKind.NEAR_BRANCH64)
+
+
+def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
+    """A free, page-aligned range of `size` bytes that every function in `functions` reaches
+    with a rel32 jump, as close above the highest of them as the mappings allow; 0 if none."""
+    lo_fn, hi_fn = min(functions), max(functions)
+    spans = sorted((m.start, m.end) for m in maps)
+    gaps = [(spans[i][1], spans[i + 1][0]) for i in range(len(spans) - 1)]
+    best = 0
+    for g_lo, g_hi in gaps:
+        start = (g_lo + page - 1) & ~(page - 1)
+        if start + size > g_hi:
+            continue
+        if start + size - lo_fn < NEAR - CELL and hi_fn - start < NEAR - CELL and (
+                not best or abs(start - hi_fn) < abs(best - hi_fn)):
+            best = start
+    return best

@@ -1,0 +1,96 @@
+"""The entry-patch planner (issue 32) on functions of known shapes (tests/unit/native/
+entry_shapes.S): how many bytes it moves, its refusals, and its relocation, checked by decoding
+the trampoline it writes."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from iced_x86 import Decoder, FlowControl
+
+from memhook import entry_patch
+
+NATIVE = Path(__file__).parent / "native"
+FAR = 0x7000_0000  # the cell: far enough that every rel8/rel32 must be re-encoded
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    """name -> (address, size, bytes) of each function in the shared object built from
+    entry_shapes.S, at its link-time addresses."""
+    so = tmp_path_factory.mktemp("entry") / "shapes.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", str(NATIVE / "entry_shapes.S"), "-o",
+                    str(so)], check=True)
+    out = {}
+    with open(so, "rb") as f:
+        elf = ELFFile(f)
+        text = elf.get_section_by_name(".text")
+        code = text.data()
+        for s in elf.get_section_by_name(".symtab").iter_symbols():
+            if s["st_info"]["type"] == "STT_FUNC" and s["st_size"]:
+                at = s["st_value"] - text["sh_addr"]
+                out[s.name] = (s["st_value"], s["st_size"],
+                               code[at:at + max(s["st_size"], entry_patch.MAX_ORIGINAL)])
+        data = elf.get_section_by_name(".data")
+        out["table"] = data["sh_addr"]
+    return out
+
+
+def planned(shapes, name):
+    address, size, body = shapes[name]
+    return entry_patch.plan(name, 1, address, size, body, address + FAR)
+
+
+def trampoline(p):
+    return list(Decoder(64, p.trampoline, ip=p.trampoline_address))
+
+
+def test_moves_whole_instructions_and_jumps_back(shapes):
+    p = planned(shapes, "framed")
+    assert p.length == 8  # push (1), mov (3), sub (4): the first whole instructions >= 5 bytes
+    insns = trampoline(p)
+    assert [str(i) for i in insns[:3]] == ["push rbp", "mov rbp,rsp", "sub rsp,20h"]
+    assert insns[-1].flow_control == FlowControl.UNCONDITIONAL_BRANCH
+    assert insns[-1].near_branch_target == p.address + 8
+    assert p.original[:8] == shapes["framed"][2][:8]
+    assert len(p.trampoline) + entry_patch.STUB <= entry_patch.CELL
+
+
+def test_rip_relative_operand_still_reads_the_same_address(shapes):
+    p = planned(shapes, "rip_relative")
+    first = trampoline(p)[0]
+    assert first.is_ip_rel_memory_operand
+    assert first.ip_rel_memory_address == shapes["table"]  # from 1.75 GiB away
+
+
+def test_short_branch_relocated_to_its_old_target(shapes):
+    p = planned(shapes, "short_jump_first")
+    address, size, body = shapes["short_jump_first"]
+    was = next(i for i in Decoder(64, body[:size], ip=address)
+               if i.flow_control == FlowControl.CONDITIONAL_BRANCH)
+    insns = trampoline(p)
+    branch = next(i for i in insns if i.flow_control == FlowControl.CONDITIONAL_BRANCH)
+    assert was.len == 2 and branch.len == 6  # rel8 became rel32: the trampoline is far away
+    assert branch.near_branch_target == was.near_branch_target == address + 11  # `2:`
+
+
+def test_branch_into_the_patched_bytes_refused(shapes):
+    with pytest.raises(entry_patch.Refused, match="lands inside"):
+        planned(shapes, "loops_to_its_start")
+
+
+def test_too_short_refused(shapes):
+    with pytest.raises(entry_patch.Refused, match="shorter than"):
+        planned(shapes, "tiny")
+
+
+def test_area_within_reach_of_every_function():
+    from memhook.procfs import Mapping
+    maps = [Mapping(0x5555_0000_0000, 0x5555_0010_0000, "r-xp", 0, 1, "/exe"),
+            Mapping(0x5555_0010_0000, 0x5555_0020_0000, "rw-p", 0, 1, "/exe"),
+            Mapping(0x7fff_0000_0000, 0x7fff_0010_0000, "r-xp", 0, 2, "/lib")]
+    at = entry_patch.area_address(maps, [0x5555_0000_1000], 4096)
+    assert at == 0x5555_0020_0000  # the gap right above the executable
+    assert entry_patch.area_address(maps[:1], [0x5555_0000_1000], 4096) == 0
