@@ -12,7 +12,7 @@ report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,20 +53,39 @@ class Found:
     names: list
     hooked: bool     # memhook hooks these names (else nothing of the family is traced)
     own_calls: bool  # the object's own calls pass through slots (a shared library)
+    patched: list = field(default_factory=list)  # entry-patched (entry_patch.py)
+    refused: list = field(default_factory=list)  # (name, why) not entry-patched
 
     def line(self) -> str:
-        names = ", ".join(self.names[:6]) + (", ..." if len(self.names) > 6 else "")
+        names = _some(self.names)
         if not self.hooked:
             return (f"{self.family} defined in {self.path} ({names}): not traced (memhook hooks "
                     "the standard names only)")
         if self.own_calls:
             return f"{self.family} defined in {self.path} ({names}): traced through slots"
+        if self.patched:
+            return (f"{self.family} defined in {self.path}: entry-patched ({_some(self.patched)})"
+                    + (f"; not patched, so its own calls to them are not traced: "
+                       f"{_some([n for n, _ in self.refused])}" if self.refused else ""))
         return (f"{self.family} defined in {self.path} ({names}): its own calls reach no slot "
                 "and are not traced (only calls from other objects are)")
 
     @property
+    def traced(self) -> str:
+        """"yes", "partly" (some entries not patched), "from other objects only", or "no"."""
+        if not self.hooked:
+            return "no"
+        if self.own_calls or (self.patched and not self.refused):
+            return "yes"
+        return "partly" if self.patched else "from other objects only"
+
+    @property
     def untraced(self) -> bool:
-        return not (self.hooked and self.own_calls)
+        return self.traced != "yes"
+
+
+def _some(names: list) -> str:
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 
 def candidate(name: str) -> bool:

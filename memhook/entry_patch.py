@@ -20,6 +20,7 @@ JMP_LEN = 5           # E9 rel32: what the entry becomes
 CELL = 64             # bytes per patched function in the area
 STUB = 16             # the cell's first bytes: FF 25 00000000 <hook address>, then int3 padding
 MAX_ORIGINAL = 32     # bytes of the function's start the plan keeps (to check and to restore)
+MAX_PATCHES = 64      # functions per target (hook_cpp/common/segment.h kMaxEntries)
 NEAR = 1 << 31
 BRANCHES = (FlowControl.UNCONDITIONAL_BRANCH, FlowControl.CONDITIONAL_BRANCH, FlowControl.CALL,
             FlowControl.XBEGIN_XABORT_XEND)
@@ -108,3 +109,56 @@ def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
                 not best or abs(start - hi_fn) < abs(best - hi_fn)):
             best = start
     return best
+
+
+AREA_NAME = "[anon:memhook trampolines]"  # as /proc/PID/maps names the area (Linux 5.17+)
+
+
+def _symbols(elf, names: set) -> dict:
+    """name -> (link-time address, size) of the functions named, from the full symbol table,
+    else the dynamic one."""
+    out = {}
+    for sec_name in (".symtab", ".dynsym"):
+        sec = elf.get_section_by_name(sec_name)
+        if sec is None:
+            continue
+        for sym in sec.iter_symbols():
+            if sym.name in names and sym.name not in out and sym["st_shndx"] != "SHN_UNDEF" \
+                    and sym["st_info"]["type"] == "STT_FUNC":
+                out[sym.name] = (sym["st_value"], sym["st_size"])
+    return out
+
+
+def plan_object(pid: int, obj, names: list, hook_ids: dict) -> tuple:
+    """Entry patches for `names` (hooked functions `obj`, the executable, defines and calls
+    directly): (plans, area address, area bytes, [(name, why refused)])."""
+    from elftools.elf.elffile import ELFFile
+
+    from .procfs import Memory, read_maps
+    with open(obj.file, "rb") as f:
+        found = _symbols(ELFFile(f), set(names))
+    by_address: dict = {}
+    for name in names:
+        if name in found:
+            by_address.setdefault(obj.bias + found[name][0], (name, found[name][1]))
+    if not by_address:
+        return [], 0, 0, []
+    ordered = sorted(by_address.items())[:MAX_PATCHES]
+    size = (len(ordered) * CELL + 4095) & ~4095
+    maps = read_maps(pid)
+    kept = [m for m in maps if m.path == AREA_NAME]
+    area = kept[0].start if kept else area_address(maps, [a for a, _ in ordered], size)
+    if not area or (kept and kept[0].end - kept[0].start < size):
+        return [], 0, 0, [(n, "no free memory for trampolines within 2 GiB of it")
+                          for _, (n, _) in ordered]
+    plans, refused = [], []
+    with Memory(pid) as mem:
+        for i, (address, (name, length)) in enumerate(ordered):
+            try:
+                body = mem.read(address, max(length, MAX_ORIGINAL))
+                plans.append(plan(name, hook_ids[name], address, length, body, area + i * CELL))
+            except Refused as e:
+                refused.append((name, str(e)))
+            except OSError as e:
+                refused.append((name, f"its code cannot be read ({e.strerror})"))
+    return plans, area, size, refused

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, elf, hooks, module_files, procfs
+from . import _native, elf, entry_patch, hooks, module_files, procfs
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -51,6 +51,13 @@ class Options:
             raise ValueError(f"--rings must be between 1 and {_native.MAX_RINGS}")
         if self.sample_rate < 0:
             raise ValueError("--sample-rate must not be negative")
+
+
+# Why the hook library or the GDB agent left a planned entry patch unwritten.
+ENTRY_REFUSALS = {
+    "refused": "a stopped thread was inside its first bytes (or held a return address there)",
+    "changed": "its first bytes were not those planned, or its page could not be made writable",
+    "planned": "the hook library did not get to it"}
 
 
 def hook_library(libc: str = "glibc") -> str:
@@ -112,6 +119,7 @@ class Session:
     library: str = ""  # the hook library build it loaded (glibc's or musl's)
     libc: str = ""     # the target's libc and its version, as reports name it
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
+    entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, its Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
@@ -165,6 +173,7 @@ class Session:
         self.skipped_objects = [(o.path, o.skip) for o in layout.objects
                                 if o.skip and o.skip != "memhook's own library"]
         self.allocators = layout.allocators
+        plans, area = self._plan_entries(layout)
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)
@@ -179,7 +188,11 @@ class Session:
                                # tests run the SSE4.1 comparison on CPUs with AVX-512 too
                                no_avx512=os.environ.get("MEMHOOK_NO_AVX512") == "1",
                                unwind_bytes=self.unwind.area_bytes(),
-                               slots=self._plan(layout))
+                               slots=self._plan(layout),
+                               entries=[(p.address, p.hook_id, p.cell, p.length,
+                                         p.original.ljust(entry_patch.MAX_ORIGINAL, b"\0"),
+                                         p.trampoline) for p in plans],
+                               entry_area=area)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
         copy = None
@@ -197,13 +210,33 @@ class Session:
                 libc_text=[(o.lo, o.hi) for o in layout.objects if o.libc],
                 loader_text=[(o.lo, o.hi) for o in layout.objects
                              if o.skip == "the dynamic loader"],
-                loader_blocks_signals=layout.libc == "musl")
+                loader_blocks_signals=layout.libc == "musl",
+                entries=[(p.address, p.length) for p in plans],
+                entry_area=[area[0], area[0] + area[1]] if plans else [])
         except BaseException:
             if copy:
                 copy.remove()
             self.segment.unlink()
             raise
         return AttachPlan(layout, request, copy, self.segment)
+
+    def _plan_entries(self, layout) -> tuple:
+        """Entry patches for the hooked functions an executable defines and calls directly
+        (entry_patch.py); refusals go to each family's line. Returns (plans, (area, bytes))."""
+        plans, area = [], (0, 0)
+        self.entry_plans = []
+        for found in self.allocators:
+            if not found.hooked or found.own_calls:
+                continue
+            obj = next(o for o in layout.objects if o.path == found.path)
+            names = [n for n in found.names if n in hooks.BY_SYMBOL]
+            planned, at, size, refused = entry_patch.plan_object(
+                self.pid, obj, names, {n: hooks.BY_SYMBOL[n].id for n in names})
+            found.refused = refused
+            if planned and not plans:  # (one executable: one area)
+                plans, area = planned, (at, size)
+                self.entry_plans = [(p, found) for p in planned]
+        return plans, area
 
     @staticmethod
     def _plan(layout) -> list:
@@ -236,6 +269,12 @@ class Session:
                         if value != 0 and not (value is not None and any(
                             lo <= value < hi and (path, by_addr[addr].symbol) in hooked
                             for lo, hi, path in plts))]
+        names = {v: k for k, v in _native.ENTRY_STATES.items()}
+        for (plan, found), state in zip(self.entry_plans, result.get("entries", [])):
+            if names.get(state) in ("patched", "kept"):
+                found.patched.append(plan.name)
+            else:
+                found.refused.append((plan.name, ENTRY_REFUSALS.get(names.get(state), "?")))
         self.started_at = time.time()
         self.poll_loads(rescan=True)
         return result
@@ -357,8 +396,8 @@ class Session:
             "slots_restored": self.restored, "pause_ms": self.pause_ms,
             "skipped_objects": self.skipped_objects,
             "allocators": [{"module": f.path, "family": f.family, "functions": f.names,
-                            "traced": "yes" if not f.untraced else
-                            "from other objects only" if f.hooked else "no",
+                            "traced": f.traced, "entry_patched": f.patched,
+                            "refused": [{"function": n, "why": w} for n, w in f.refused],
                             "note": f.line()} for f in self.allocators],
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,

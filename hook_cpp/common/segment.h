@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 12;
+constexpr uint32_t kVersion = 13;
 constexpr int kMaxHooks = 40;        // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -54,6 +54,26 @@ struct PatchedSlot {
   uint32_t hook_id;
   uint16_t state;     // SlotState
   uint16_t readonly;  // in a RELRO page: writable only through mprotect
+};
+// An allocation function no slot reaches (linked into the executable), entry-patched: memhook
+// plans it (entry_patch.py: the bytes its jump replaces, the relocated trampoline for its cell)
+// and the hook library writes it with every thread stopped (hook_library/entry_patches.h).
+constexpr int kMaxEntries = 64;
+constexpr int kEntryCell = 64, kEntryStub = 16, kEntryOriginal = 32;
+enum EntryState : uint16_t {
+  kEntryEmpty = 0, kEntryPlanned = 1, kEntryPatched = 2, kEntryChanged = 3, kEntryRefused = 4,
+  kEntryRestored = 5, kEntryKept = 6
+};
+struct EntryPatch {
+  uint64_t addr;       // the function's entry
+  uint64_t cell;       // its cell in the trampoline area: stub, then trampoline
+  uint32_t hook_id;
+  uint16_t length;     // bytes the jump replaces (whole instructions, >= 5)
+  uint16_t state;      // EntryState; the GDB agent sets kEntryRefused (a thread inside)
+  uint16_t trampoline_len;
+  uint16_t pad[3];
+  uint8_t original[kEntryOriginal];  // the function's first bytes, as planned
+  uint8_t trampoline[kEntryCell - kEntryStub];
 };
 // Of a planned slot (Control::lazy): its object's PLT, where a slot not yet bound points.
 struct LazyRange {
@@ -107,6 +127,12 @@ struct alignas(64) Control {
   // Written by memhook before injection, beside `slots` (last, so that the fields the hooks
   // read keep their offsets).
   LazyRange lazy[kMaxSlots];
+  // Entry patches (hook_library/entry_patches.h): the area for their cells, where memhook found
+  // room within 2 GiB of every function, and the plan; states written back by the target.
+  uint64_t entry_area;
+  uint32_t entry_area_bytes;
+  uint32_t nentries;
+  EntryPatch entries[kMaxEntries];
 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the

@@ -275,13 +275,20 @@ PYBIND11_MODULE(_native, m) {
          double abandon_after_s, uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes,
          uint64_t owner_pid, uint64_t owner_start,
          const std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t, uint64_t, bool>>&
-             slots) {
+             slots,
+         uint64_t entry_area, uint32_t entry_area_bytes,
+         const std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t, py::bytes,
+                                      py::bytes>>& entries) {
         std::vector<PlannedSlot> plan;
         for (auto& [addr, id, real_fn, lo, hi, ro] : slots)
           plan.push_back(PlannedSlot{addr, id, real_fn, lo, hi, ro});
+        std::vector<PlannedEntry> planned;
+        for (auto& [addr, id, cell, length, original, trampoline] : entries)
+          planned.push_back(PlannedEntry{addr, cell, id, length, std::string(original),
+                                         std::string(trampoline)});
         format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size, pid, real,
                        known, abandon_after_s, sample_rate, no_avx512, unwind_bytes, owner_pid,
-                       owner_start, plan);
+                       owner_start, plan, entry_area, entry_area_bytes, planned);
       },
       py::arg("fd"), py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
       py::arg("clock"), py::arg("min_size"), py::arg("max_size"), py::arg("pid"),
@@ -289,8 +296,13 @@ PYBIND11_MODULE(_native, m) {
       py::arg("sample_rate") = 0, py::arg("no_avx512") = false, py::arg("unwind_bytes") = 0,
       py::arg("owner_pid") = 0, py::arg("owner_start") = 0,
       py::arg("slots") = std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t, uint64_t, bool>>{},
+      py::arg("entry_area") = 0, py::arg("entry_area_bytes") = 0,
+      py::arg("entries") = std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t,
+                                                  py::bytes, py::bytes>>{},
       "Size and fill a new segment; `slots`: (address, hook id, real function, PLT lo, PLT hi, "
-      "read-only) of each slot to patch (the hook library decides, target stopped).");
+      "read-only) of each slot to patch (the hook library decides, target stopped); `entries`: "
+      "(address, hook id, cell, length, first 32 bytes, trampoline) of each entry to patch in "
+      "the area [entry_area, +entry_area_bytes).");
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
@@ -373,6 +385,22 @@ PYBIND11_MODULE(_native, m) {
   m.attr("CONTROL_SLOTS_OFFSET") = offsetof(Control, slots);
   m.attr("CONTROL_HEARTBEAT_OFFSET") = offsetof(Control, heartbeat_ns);
   m.attr("SLOT_BYTES") = sizeof(PatchedSlot);
+  m.attr("CONTROL_NENTRIES_OFFSET") = offsetof(Control, nentries);
+  m.attr("CONTROL_ENTRIES_OFFSET") = offsetof(Control, entries);
+  m.attr("ENTRY_BYTES") = sizeof(EntryPatch);
+  m.attr("ENTRY_ADDR_OFFSET") = offsetof(EntryPatch, addr);
+  m.attr("ENTRY_LENGTH_OFFSET") = offsetof(EntryPatch, length);
+  m.attr("ENTRY_STATE_OFFSET") = offsetof(EntryPatch, state);
+  m.attr("MAX_ENTRIES") = kMaxEntries;
+  {
+    py::dict states;
+    for (auto [name, v] : {std::pair<const char*, int>{"planned", kEntryPlanned},
+                           {"patched", kEntryPatched}, {"changed", kEntryChanged},
+                           {"refused", kEntryRefused}, {"restored", kEntryRestored},
+                           {"kept", kEntryKept}})
+      states[name] = v;
+    m.attr("ENTRY_STATES") = states;
+  }
   // A PatchedSlot's fields as (offset, size), for the GDB agent that writes and reads them.
   py::dict slot_fields;
 #define FIELD(f) slot_fields[#f] = py::make_tuple(offsetof(PatchedSlot, f), sizeof(PatchedSlot::f))

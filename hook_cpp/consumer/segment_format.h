@@ -27,6 +27,13 @@ struct PlannedSlot {
   bool readonly;               // in a RELRO page
 };
 
+// An entry patch memhook planned (memhook/entry_patch.py).
+struct PlannedEntry {
+  uint64_t addr, cell;
+  uint32_t hook_id, length;
+  std::string original, trampoline;
+};
+
 // Size and fill a new segment file (created by Python with O_EXCL, owner-only).
 inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_t depth, uint32_t clock,
                     uint64_t min_size, uint64_t max_size, uint64_t pid,
@@ -34,7 +41,9 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
                     const std::vector<uint64_t>& known, double abandon_after_s,
                     uint64_t sample_rate, bool no_avx512, uint64_t unwind_bytes,
                     uint64_t owner_pid, uint64_t owner_start,
-                    const std::vector<PlannedSlot>& plan = {}) {
+                    const std::vector<PlannedSlot>& plan = {},
+                    uint64_t entry_area = 0, uint32_t entry_area_bytes = 0,
+                    const std::vector<PlannedEntry>& entries = {}) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
@@ -43,6 +52,15 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
     throw std::invalid_argument("depth must be between 1 and " + std::to_string(kMaxDepth));
   if (plan.size() > (size_t)kMaxSlots)
     throw std::invalid_argument("more than " + std::to_string(kMaxSlots) + " slots to patch");
+  if (entries.size() > (size_t)kMaxEntries)
+    throw std::invalid_argument("more than " + std::to_string(kMaxEntries) + " entries to patch");
+  for (const PlannedEntry& e : entries)
+    if (e.length < 5 || e.length > (uint32_t)kEntryOriginal ||
+        e.original.size() != (size_t)kEntryOriginal ||
+        e.trampoline.size() > (size_t)(kEntryCell - kEntryStub) || e.hook_id == 0 ||
+        e.hook_id >= (uint32_t)kMaxHooks || e.cell < entry_area ||
+        e.cell + kEntryCell > entry_area + entry_area_bytes)
+      throw std::invalid_argument("an entry patch plan out of bounds");
   if (unwind_bytes > kMaxUnwindBytes || unwind_bytes % 4096)
     throw std::invalid_argument("unwind area must be a multiple of 4096 bytes, at most 1 GiB");
   const size_t at = unwind_offset(nrings, ring_bytes, depth);
@@ -85,6 +103,21 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
     c->lazy[i] = LazyRange{p.lazy_lo, p.lazy_hi};
   }
   c->nslots = (uint32_t)plan.size();
+  c->entry_area = entry_area;
+  c->entry_area_bytes = entry_area_bytes;
+  for (size_t i = 0; i < entries.size(); i++) {
+    const PlannedEntry& e = entries[i];
+    EntryPatch& x = c->entries[i];
+    x.addr = e.addr;
+    x.cell = e.cell;
+    x.hook_id = e.hook_id;
+    x.length = (uint16_t)e.length;
+    x.state = kEntryPlanned;
+    x.trampoline_len = (uint16_t)e.trampoline.size();
+    std::memcpy(x.original, e.original.data(), kEntryOriginal);
+    std::memcpy(x.trampoline, e.trampoline.data(), e.trampoline.size());
+  }
+  c->nentries = (uint32_t)entries.size();
   __atomic_store_n(&c->magic, kMagic, __ATOMIC_RELEASE);
   munmap(m, sizeof(Control));
 }

@@ -49,6 +49,7 @@ using namespace memhook;
 #include "records.h"          // the records' words
 #include "slots.h"            // which slots hold their original; patch, restore
 #include "late_patching.h"    // libraries loaded after attach
+#include "entry_patches.h"    // functions no slot reaches: their first bytes, a trampoline
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
 #include "lifecycle.h"        // memhook_start, abandon, fork

@@ -129,7 +129,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_min_size = c->min_size;
   g_max_size = c->max_size;
   for (int id = 1; id < kMaxHooks; id++)
-    if (c->real[id]) g_real[id] = (void*)c->real[id];
+    if (c->real[id] && !entry_active(id)) g_real[id] = (void*)c->real[id];  // (else its trampoline)
   // Libraries loaded later get the entries memhook chose at attach (routing.h).
   for (const HookEntries& e : kHookEntries)
     g_hook_fn[e.id] = e.entry[entry_for(e.kind, c->sample_rate, g_size_filter)];
@@ -167,6 +167,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
 // patched, or -1 when no session is armed.
 extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   if (!active()) return -1;
+  patch_entries(g_ctl);  // first: the slots' hooks then reach the trampolines
   patch_planned(g_ctl);
   rescan_loaded();
   return (int)g_ctl->nlate;
@@ -180,5 +181,6 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   Control* c = g_ctl;
   if (!c) return 0;
   return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots)) +
-               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)));
+               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)) +
+               restore_entries());
 }

@@ -169,6 +169,7 @@ def do_attach(P, out):
         if rc != 0:
             raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
         try:
+            refuse_entries_in_use(P, base)
             # The hook library patches memhook's plan, then libraries loaded since the scan.
             out["late"] = call("int(*)(void)", base + sym["memhook_patch"])
             if out["late"] < 0:
@@ -179,11 +180,60 @@ def do_attach(P, out):
                               if st == states["patched"]]
             out["skipped"] = [[a, None if st == states["unreadable"] else orig]
                               for a, st, orig, hook in planned if st != states["patched"]]
+            out["entries"] = entry_states(P, base)
         except BaseException:
             leave_nothing_patched(P, base)
             raise
     finally:
         scratch.close()
+
+
+STACK_SCAN = 256 * 1024  # bytes of each stack searched for return addresses
+
+
+def entry_states(P, base):
+    """The state the hook library left each planned entry in."""
+    L = P["layout"]
+    ctl = rd(base + P["symbols"]["memhook_ctl"])
+    return [rd(ctl + L["entries_offset"] + i * L["entry_bytes"] + L["entry_state_offset"], 2)
+            for i in range(len(P["entries"]))]
+
+
+def refuse_entries_in_use(P, base):
+    """Every thread is stopped: an entry whose replaced bytes hold a thread's pc, or a return
+    address on its stack (the top STACK_SCAN bytes), is marked refused; a thread inside the
+    trampoline area refuses them all (an earlier session's trampolines are rewritten)."""
+    if not P["entries"]:
+        return
+    L = P["layout"]
+    ctl = rd(base + P["symbols"]["memhook_ctl"])
+    lo, hi = P["entry_area"]
+    busy = set()
+    current = gdb.selected_thread()
+    try:
+        for th in INF.threads():
+            th.switch()
+            pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
+            sp = int(gdb.parse_and_eval(P["arch"]["gdb_sp"]))
+            words = []
+            for size in (STACK_SCAN, 4096):  # (a stack nearer its end than that: one page)
+                try:
+                    raw = bytes(INF.read_memory(sp, size))
+                    words = [int.from_bytes(raw[k:k + 8], "little") for k in range(0, size, 8)]
+                    break
+                except gdb.MemoryError:
+                    continue
+            if lo <= pc < hi:
+                busy.update(range(len(P["entries"])))
+            for i, (addr, length) in enumerate(P["entries"]):
+                if addr <= pc < addr + length and pc != addr or any(
+                        addr < w < addr + length for w in words):
+                    busy.add(i)
+    finally:
+        current.switch()
+    for i in busy:
+        wr(ctl + L["entries_offset"] + i * L["entry_bytes"] + L["entry_state_offset"],
+           L["entry_states"]["refused"], 2)
 
 
 def leave_nothing_patched(P, base):

@@ -25,7 +25,10 @@ def control_layout() -> dict:
             "nlate_offset": _native.CONTROL_NLATE_OFFSET, "max_slots": _native.MAX_SLOTS,
             "max_late": _native.MAX_LATE_SLOTS, "slot_bytes": _native.SLOT_BYTES,
             "slot_fields": dict(_native.SLOT_FIELDS), "slot_states": dict(_native.SLOT_STATES),
-            "mode_off": _native.MODE_OFF}
+            "mode_off": _native.MODE_OFF,
+            "entries_offset": _native.CONTROL_ENTRIES_OFFSET, "entry_bytes": _native.ENTRY_BYTES,
+            "entry_state_offset": _native.ENTRY_STATE_OFFSET,
+            "entry_states": dict(_native.ENTRY_STATES)}
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class AttachRequest:
     # musl's loader is its libc: a thread there may hold the loader's lock even after a syscall,
     # unless its signals are not all blocked (musl's dlopen blocks them while it holds the lock)
     loader_blocks_signals: bool = False
+    # Entry patches planned in the segment: (address, bytes replaced) each, and the area of
+    # their trampolines: one a stopped thread is inside (its pc, or a return address on its
+    # stack) is refused before the hook library writes any (hook_library/entry_patches.h).
+    entries: list = field(default_factory=list)
+    entry_area: list = field(default_factory=list)  # [lo, hi], or [] without entries
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "attach"

@@ -107,7 +107,8 @@ class Segment:
     def __init__(self, info: ProcessInfo, *, nrings: int, ring_bytes: int, depth: int,
                  clock: int, min_size: int, max_size: int, real: dict, known: list,
                  abandon_after_s: float = 5.0, sample_rate: int = 0, no_avx512: bool = False,
-                 unwind_bytes: int = 0, slots: list = ()):
+                 unwind_bytes: int = 0, slots: list = (), entries: list = (),
+                 entry_area: tuple = (0, 0)):
         self.name = _name(info.pid)
         where, self.note = segment_dir(info.pid)
         self.target_path = f"/{where}/{self.name}"
@@ -122,7 +123,7 @@ class Segment:
             _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
                                    info.pid, real, known, abandon_after_s, sample_rate, no_avx512,
                                    unwind_bytes, os.getpid(), start_ticks(os.getpid()),
-                                   list(slots))
+                                   list(slots), entry_area[0], entry_area[1], list(entries))
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

@@ -1,0 +1,145 @@
+// Entry patches: allocation functions no slot reaches (linked into the executable). memhook
+// plans each (memhook/entry_patch.py: the bytes a `jmp rel32` replaces and the relocated
+// instructions), the GDB agent refuses those a stopped thread is inside, and memhook_patch()
+// writes the rest here with every thread stopped: the cells in an area near the executable (a
+// stub jumping to the hook, then the trampoline), the hook's real function set to the
+// trampoline, then the jump over the function's first bytes. Detach puts the bytes back; the
+// area is never unmapped (a thread may be inside a trampoline), and a later session reuses the
+// patches an earlier one left (abandon cannot restore code while threads run).
+#pragma once
+
+#include <sys/prctl.h>
+
+#ifndef PR_SET_VMA
+#define PR_SET_VMA 0x53564d41  // Linux 5.17: name an anonymous mapping
+#define PR_SET_VMA_ANON_NAME 0
+#endif
+
+namespace {
+
+// Kept by the library across sessions: what it patched, so that detach restores it and a later
+// session neither patches it again nor points its real function at the patched entry.
+struct ActiveEntry {
+  uint64_t addr, trampoline;
+  uint32_t hook_id, length;
+  uint8_t original[kEntryOriginal];
+};
+ActiveEntry g_entries[kMaxEntries];
+uint32_t g_nentries;
+uint8_t* g_area;  // the trampoline area, once mapped
+uint64_t g_area_bytes;
+
+bool entry_active(int hook_id) {
+  for (uint32_t i = 0; i < g_nentries; i++)
+    if (g_entries[i].hook_id == (uint32_t)hook_id && g_entries[i].addr) return true;
+  return false;
+}
+
+ActiveEntry* active_at(uint64_t addr) {
+  for (uint32_t i = 0; i < g_nentries; i++)
+    if (g_entries[i].addr == addr) return &g_entries[i];
+  return nullptr;
+}
+
+// The pages of [addr, addr + n) made writable, `bytes` copied in, their protection put back
+// (executable code: read and execute). False, nothing written, if mprotect refuses (a W^X
+// policy): the function then stays as it was.
+bool write_code(uint64_t addr, const uint8_t* bytes, size_t n) {
+  const uintptr_t lo = addr & ~uint64_t(4095), hi = (addr + n + 4095) & ~uint64_t(4095);
+  if (mprotect((void*)lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
+  memcpy((void*)addr, bytes, n);
+  mprotect((void*)lo, hi - lo, PROT_READ | PROT_EXEC);
+  return true;
+}
+
+// The area at the address memhook chose, never over a mapping (MAP_FIXED_NOREPLACE's value, for
+// headers that predate it); named in /proc/PID/maps where the kernel can.
+uint8_t* map_area(const Control* c) {
+  if (g_area) return (uint64_t)g_area == c->entry_area ? g_area : nullptr;
+  void* at = mmap((void*)c->entry_area, c->entry_area_bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | 0x100000 /* MAP_FIXED_NOREPLACE */, -1, 0);
+  if (at == MAP_FAILED) return nullptr;
+  if ((uint64_t)at != c->entry_area) {  // a kernel before 4.17 took it as a hint
+    munmap(at, c->entry_area_bytes);
+    return nullptr;
+  }
+  prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, at, c->entry_area_bytes, "memhook trampolines");
+  g_area = (uint8_t*)at;
+  g_area_bytes = c->entry_area_bytes;
+  return g_area;
+}
+
+// memhook's plan, with every thread stopped. Each entry ends kEntryPatched (and its hook's real
+// function is its trampoline), kEntryKept (an earlier session's patch, still in place),
+// kEntryChanged (its bytes are not those planned, or no area), or stays kEntryRefused.
+__attribute__((noinline)) void patch_entries(Control* c) {
+  const uint32_t n = min_of<uint32_t>(c->nentries, kMaxEntries);
+  if (!n) return;
+  uint8_t* area = map_area(c);
+  if (area) mprotect(area, g_area_bytes, PROT_READ | PROT_WRITE);
+  for (uint32_t i = 0; i < n; i++) {
+    EntryPatch& e = c->entries[i];
+    if (e.state != kEntryPlanned) continue;
+    if (ActiveEntry* kept = active_at(e.addr)) {
+      g_real[kept->hook_id] = (void*)kept->trampoline;
+      e.state = kEntryKept;
+      continue;
+    }
+    void* hook = e.hook_id < (uint32_t)kMaxHooks ? g_hook_fn[e.hook_id] : nullptr;
+    if (!area || !hook || g_nentries >= (uint32_t)kMaxEntries || e.length < 5 ||
+        e.length > kEntryOriginal || memcmp((void*)e.addr, e.original, e.length) != 0) {
+      e.state = kEntryChanged;
+      continue;
+    }
+    uint8_t* cell = (uint8_t*)e.cell;
+    // The stub: jmp *0(%rip), the hook's address, int3 padding; then the trampoline.
+    static const uint8_t kJmpAbs[6] = {0xff, 0x25, 0, 0, 0, 0};
+    memcpy(cell, kJmpAbs, 6);
+    memcpy(cell + 6, &hook, 8);
+    memset(cell + 14, 0xcc, kEntryStub - 14);
+    memcpy(cell + kEntryStub, e.trampoline, e.trampoline_len);
+    memset(cell + kEntryStub + e.trampoline_len, 0xcc,
+           kEntryCell - kEntryStub - e.trampoline_len);
+    uint8_t jump[5] = {0xe9};
+    const int32_t rel = (int32_t)((int64_t)e.cell - (int64_t)(e.addr + 5));
+    memcpy(jump + 1, &rel, 4);
+    ActiveEntry& a = g_entries[g_nentries];
+    a = ActiveEntry{e.addr, e.cell + kEntryStub, e.hook_id, e.length, {}};
+    memcpy(a.original, e.original, kEntryOriginal);
+    g_real[e.hook_id] = (void*)a.trampoline;  // before the jump: no call may reach the hook first
+    if (!write_code(e.addr, jump, 5)) {
+      g_real[e.hook_id] = (void*)e.addr;
+      e.state = kEntryChanged;
+      continue;
+    }
+    g_nentries++;
+    e.state = kEntryPatched;
+  }
+  if (area) mprotect(area, g_area_bytes, PROT_READ | PROT_EXEC);
+}
+
+// Detach, with every thread stopped: each entry still holding its jump gets its first bytes
+// back. Its hook's real function stays the trampoline, which goes on to the original code: a
+// thread still inside the hook or the trampoline finishes normally.
+uint32_t restore_entries() {
+  uint32_t restored = 0;
+  for (uint32_t i = 0; i < g_nentries; i++) {
+    ActiveEntry& a = g_entries[i];
+    if (!a.addr) continue;
+    const uint8_t* at = (const uint8_t*)a.addr;
+    int32_t rel;
+    memcpy(&rel, at + 1, 4);
+    if (at[0] == 0xe9 && a.addr + 5 + rel == a.trampoline - kEntryStub &&
+        write_code(a.addr, a.original, 5)) {
+      a.addr = 0;
+      restored++;
+    }
+  }
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < g_nentries; i++)
+    if (g_entries[i].addr) g_entries[live++] = g_entries[i];
+  g_nentries = live;
+  return restored;
+}
+
+}  // namespace
