@@ -1,16 +1,22 @@
-"""Allocators besides libc's (issue 32): what memhook cannot trace yet, it says, at attach and in
-every report, never "no leak" in silence."""
+"""Allocators besides libc's (issue 32): an allocator linked into the executable is entry-patched
+and traced exactly; what memhook cannot trace yet, it says, at attach and in every report."""
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from conftest import Memhook, build, run_memhook
+from test_safety import killed_once_attached
+from test_whole_stacks import gdb_stack, memhook_stacks
 
 JEMALLOC_A = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.a")
+LEAKS = {"leak_malloc": (1000, 10, ["malloc"]), "leak_calloc": (999, 1, ["calloc"]),
+         "leak_realloc": (2002, 1, ["realloc"]), "leak_memalign": (3003, 1, ["posix_memalign"])}
 
 
 @pytest.fixture
@@ -23,30 +29,83 @@ def linked_jemalloc(tmp_path):
     return build(tmp_path, "linked_allocator.c", libs=[str(JEMALLOC_A), "-lm"])
 
 
-def test_allocator_linked_into_the_executable_is_said(tmp_path, linked_jemalloc, targets):
-    """jemalloc linked into the executable: the start line and the report say that its own
-    malloc calls and jemalloc's API are not traced; what does pass through a slot (libc's
-    strdup, bound to the executable's malloc) is exact."""
-    target = targets(linked_jemalloc)
+def assert_exact(report: dict) -> None:
+    """Every leak of "leak" at its own site, exact; strdup's (through libc's slot) once."""
+    for function, (size, count, operations) in LEAKS.items():
+        sites = [s for s in report["sites"] if s["frames"][0]["function"] == function
+                 and s["operations"] == operations]
+        assert len(sites) == 1, (function, [(s["frames"][0]["function"], s["operations"])
+                                            for s in report["sites"]])
+        s = sites[0]
+        assert (s["outstanding_bytes"], s["outstanding_count"]) == (size, count), s
+        assert [f["function"] for f in s["frames"]] == [function, "main"], s["frames"]
+    dup = [s for s in report["sites"] if s["frames"][0]["function"] in ("strdup", "__strdup")]
+    assert [(s["outstanding_bytes"], s["frames"][1]["function"]) for s in dup] == \
+        [(300, "leak_strdup")]
+    assert report["totals"]["outstanding_bytes"] == sum(v[0] for v in LEAKS.values()) + 300
+
+
+def entry_bytes(pid: int, exe: Path, name: str, n: int = 16) -> tuple:
+    """The function's first bytes in the target, and in its file."""
+    with open(exe, "rb") as f:
+        elf = ELFFile(f)
+        sym = next(s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name == name)
+        text = elf.get_section_by_name(".text")
+        f.seek(sym["st_value"] - text["sh_addr"] + text["sh_offset"])
+        in_file = f.read(n)
+    lo = next(int(line.split("-")[0], 16) for line in open(f"/proc/{pid}/maps")
+              if line.rstrip().endswith(str(exe)))
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        mem.seek(lo + sym["st_value"])  # PIE: the first mapping is at the load bias
+        return mem.read(n), in_file
+
+
+def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets):
+    """jemalloc linked into the executable: its malloc, calloc, realloc, posix_memalign and free
+    are entry-patched, every call exact with gdb's stack; jemalloc's own API is said not
+    traced; detach puts every entry back as the file has it, and the target runs on."""
+    exe = linked_jemalloc
+    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    mh = Memhook(target.pid, tmp_path)
+    assert entry_bytes(target.pid, exe, "malloc")[0][0] == 0xE9  # jmp rel32
+    target.command("leak")
+    target.command("churn")
+    report = mh.stop()
+    said = [line for line in mh.stderr.splitlines() if str(exe) in line]
+    assert any("entry-patched" in line and "malloc" in line and "free" in line
+               for line in said), mh.stderr
+    assert any("jemalloc's API" in line and "not traced" in line for line in said), mh.stderr
+    assert_exact(report)
+    churn = next(s for s in report["sites"] if s["frames"][0]["function"] == "churn")
+    assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (100, 100, 0)
+    assert report["totals"]["unknown_free_count"] == 0
+    for name in ("malloc", "calloc", "realloc", "free", "posix_memalign"):
+        now, in_file = entry_bytes(target.pid, exe, name)
+        assert now == in_file, name  # put back
+    traced = {a["family"].split()[0]: a["traced"] for a in report["allocators"]}
+    assert traced == {"the": "yes", "jemalloc's": "no"}, report["allocators"]
+    want = gdb_stack(exe, ["leak"], "leak_malloc", "malloc")
+    assert [n for _, n in want] == ["leak_malloc", "main"], want
+    assert any(a == [w for w, _ in want] for a, _, _ in memhook_stacks(report)), want
+    target.command("leak")  # it keeps working after detach
+    assert target.finish() == 0
+
+
+def test_kill_9_then_attach_again(tmp_path, linked_jemalloc, targets):
+    """memhook killed -9 while attached: the entries keep passing calls through (the target
+    cannot rewrite code while its threads run); a new memhook takes them over, exact."""
+    exe = linked_jemalloc
+    target = targets(exe)
+    killed_once_attached(target.pid, "1")
+    target.command("leak")
+    time.sleep(1.5)
+    target.command("churn")  # the hooks notice the silence and pass everything through
     mh = Memhook(target.pid, tmp_path)
     target.command("leak")
     report = mh.stop()
+    assert_exact(report)
+    assert entry_bytes(target.pid, exe, "malloc")[0] == entry_bytes(target.pid, exe, "malloc")[1]
+    target.command("churn")
     assert target.finish() == 0
-    exe = str(linked_jemalloc)
-    said = [line for line in mh.stderr.splitlines() if exe in line]
-    assert any("malloc family" in line and "its own calls reach no slot and are not traced"
-               in line for line in said), mh.stderr
-    assert any("jemalloc's API" in line and "mallocx" in line and "not traced" in line
-               for line in said), mh.stderr
-    dup = [s for s in report["sites"] if s["frames"][0]["function"] in ("strdup", "__strdup")]
-    assert [(s["outstanding_bytes"], s["frames"][1]["function"]) for s in dup] == [(300, "leak")]
-    # (through libc's own slot, bound to the executable's malloc)
-    assert report["totals"]["outstanding_bytes"] == 300
-    traced = {a["family"].split()[0]: a["traced"] for a in report["allocators"]}
-    assert traced == {"the": "from other objects only", "jemalloc's": "no"}, report["allocators"]
-    text = run_memhook("report", mh.capture).stdout
-    notes = [line for line in text.splitlines() if exe in line and "not traced" in line]
-    assert len(notes) == 2, text
-    assert text.index(notes[0]) < text.index("Leak suspects")  # in the header, before leaks
     assert json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)[
-        "allocators"] == report["allocators"]
+        "totals"]["outstanding_bytes"] == report["totals"]["outstanding_bytes"]

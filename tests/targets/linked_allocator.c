@@ -1,7 +1,11 @@
 /* A program with its allocator linked in (jemalloc's static library), as Redis or ClickHouse
- * are built: its own malloc calls are direct calls into the executable, reaching no GOT slot.
- * Commands: "leak" does 10 x malloc(100) and mallocx(200) from here (direct), and strdup of
- * 299 characters, which libc makes through its own slot (bound to this executable's malloc). */
+ * are built: its own calls to malloc and the rest are direct calls into the executable, through
+ * no GOT slot (memhook patches their entries). Commands:
+ *   leak    10 x malloc(100), calloc(3, 333), realloc of a malloc(10) to 2002, posix_memalign
+ *           (64) 3003, each from its own function; strdup of 299 characters through a function
+ *           pointer (libc's strdup calls this executable's malloc through libc's own slot);
+ *           mallocx(200), jemalloc's own API
+ *   churn   100 malloc(555)/free pairs */
 #include <jemalloc/jemalloc.h>
 #include "harness.h"
 
@@ -9,19 +13,38 @@ static void* kept[1024];
 static int nkept;
 static char* (*volatile duplicate)(const char*) = strdup; /* a call the compiler cannot fold */
 
-NOINLINE static void leak(void) {
+static void keep(void* p) { kept[nkept++ % 1024] = p; }
+NOINLINE static void leak_malloc(void) { for (int i = 0; i < 10; i++) keep(memset(malloc(100), 1, 100)); }
+NOINLINE static void leak_calloc(void) { keep(calloc(3, 333)); }
+NOINLINE static void leak_realloc(void) { keep(realloc(memset(malloc(10), 1, 10), 2002)); }
+NOINLINE static void leak_memalign(void) {
+  void* p = NULL;
+  if (posix_memalign(&p, 64, 3003) == 0) keep(p);
+}
+NOINLINE static void leak_strdup(void) {
   static char text[300];
   memset(text, 'x', 299);
-  for (int i = 0; i < 10; i++) kept[nkept++ % 1024] = memset(malloc(100), 1, 100);
-  kept[nkept++ % 1024] = mallocx(200, 0);
-  kept[nkept++ % 1024] = duplicate(text);
+  keep(duplicate(text));
+}
+NOINLINE static void leak_mallocx(void) { keep(mallocx(200, 0)); }
+NOINLINE static void churn(void) {
+  for (int i = 0; i < 100; i++) free(memset(malloc(555), 1, 555));
 }
 
 int main(void) {
   char cmd[64];
   harness_ready();
   while (harness_next(cmd, sizeof cmd)) {
-    if (!strcmp(cmd, "leak")) leak();
+    if (!strcmp(cmd, "leak")) {
+      leak_malloc();
+      leak_calloc();
+      leak_realloc();
+      leak_memalign();
+      leak_strdup();
+      leak_mallocx();
+    } else if (!strcmp(cmd, "churn")) {
+      churn();
+    }
     harness_done();
   }
   return 0;
