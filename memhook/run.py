@@ -98,6 +98,8 @@ def say_attached(session, result: dict) -> None:
           + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
     for found in session.allocators:
         print(f"memhook: {found.line()}", file=sys.stderr)
+        for _, why in found.refused:
+            print(f"memhook: not entry-patched in {found.path}: {why}", file=sys.stderr)
     if session.segment is not None and session.segment.note:
         print(f"memhook: {session.segment.note}", file=sys.stderr)
     for path, why in session.skipped_objects:
@@ -176,6 +178,11 @@ class Run:
         print(f"memhook: detached{who} ({reason}): {s.restored} slots restored"
               + (f"; target paused {s.pause_ms['detach']:.1f} ms" if "detach" in s.pause_ms
                  else ""), flush=True)
+        if s.abandoned:
+            print(f"memhook: PID {s.pid} had stopped tracing by itself before detach: memhook's "
+                  f"heartbeat looked older than {s.options.abandon_after_s:g} s to it (memhook "
+                  "starved of CPU, or stopped), so its hooks passed every call through from "
+                  "then on", file=sys.stderr, flush=True)
         if s.detach_error and self.several:  # (a run of one says it after its report)
             print(f"memhook: could not restore the slots of PID {s.pid} ({s.detach_error}); it "
                   "keeps running with memhook's hooks in place", file=sys.stderr, flush=True)

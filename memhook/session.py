@@ -117,6 +117,7 @@ class Session:
     unwind: UnwindTables = field(default_factory=UnwindTables)
     loads_seen: int = 0  # the target's dlopen/dlclose count when the unwind index was last published
     library: str = ""  # the hook library build it loaded (glibc's or musl's)
+    abandoned: bool = False  # the target unhooked itself before detach (hooks' abandon())
     libc: str = ""     # the target's libc and its version, as reports name it
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
     entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, its Found)
@@ -274,7 +275,8 @@ class Session:
             if names.get(state) in ("patched", "kept"):
                 found.patched.append(plan.name)
             else:
-                found.refused.append((plan.name, ENTRY_REFUSALS.get(names.get(state), "?")))
+                found.refused.append((plan.name, f"{plan.name}: " + ENTRY_REFUSALS.get(
+                    names.get(state), "?")))
         self.started_at = time.time()
         self.poll_loads(rescan=True)
         return result
@@ -342,6 +344,8 @@ class Session:
     def detach(self, reason: str) -> None:
         self.end_reason = reason
         self.ended_at = time.time()
+        # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
+        self.abandoned = self.consumer.abandoned
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
@@ -390,6 +394,7 @@ class Session:
             # (a capture's checkpoints say how long it has traced so far: capture.py)
             "duration_s": round(self.ended_at - self.started_at, 3) if self.ended_at else 0.0,
             "end_reason": self.end_reason, "depth": self.options.depth,
+            "abandoned": self.abandoned,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

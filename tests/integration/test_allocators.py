@@ -109,3 +109,23 @@ def test_kill_9_then_attach_again(tmp_path, linked_jemalloc, targets):
     assert target.finish() == 0
     assert json.loads(run_memhook("report", mh.capture, "--format", "json").stdout)[
         "totals"]["outstanding_bytes"] == report["totals"]["outstanding_bytes"]
+
+
+def test_unpatchable_entries_refused_in_one_line_each(tmp_path, targets):
+    """A function too short for the jump, and one whose loop branches into its first five
+    bytes: each refused in one line naming it and why; neither written; the program runs on."""
+    exe = build(tmp_path, "refused_entries.c")
+    target = targets(exe)
+    before = {n: entry_bytes(target.pid, exe, n)[0] for n in ("valloc", "pvalloc")}
+    mh = Memhook(target.pid, tmp_path)
+    during = {n: entry_bytes(target.pid, exe, n)[0] for n in ("valloc", "pvalloc")}
+    assert during == before  # nothing written
+    target.command("call")
+    report = mh.stop()
+    refused = [line for line in mh.stderr.splitlines()
+               if line.startswith("memhook: not entry-patched")]
+    assert len(refused) == 2, mh.stderr
+    assert any("pvalloc is 3 bytes long, shorter than the 5-byte jump" in r for r in refused)
+    assert any("valloc: the branch at +0x" in r and "lands inside" in r for r in refused)
+    assert [a["traced"] for a in report["allocators"]] == ["from other objects only"]
+    assert target.finish() == 0

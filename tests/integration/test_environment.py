@@ -82,7 +82,7 @@ def test_not_root(tmp_path, targets):
     site_dir = Path(sysconfig.get_paths()["purelib"])
     lib = Path(tempfile.mkdtemp(prefix="mh-test-"))
     for name in os.listdir(site_dir):
-        if name.startswith(("memhook", "numpy", "elftools", "pyelftools")):
+        if name.startswith(("memhook", "numpy", "elftools", "pyelftools", "iced_x86")):
             src = site_dir / name
             (shutil.copytree if src.is_dir() else shutil.copy)(src, lib / name)
     subprocess.run(["chmod", "-R", "a+rX", str(lib)], check=True)

@@ -1,0 +1,70 @@
+"""Entry patching's cost (issue 32): the 16 B full-tracing ratio (attached / unprofiled) of
+jemalloc's malloc reached through a GOT slot (jemalloc as a shared library) and entry-patched
+(jemalloc linked into the executable), measured in turns in one session; the attach pause of
+each; the trampoline memory. benchmarks/targets/alloc_latency.c, "run" mode (the unprofiled
+figure from the same process between sessions: the bare pointers of "pair" would be the
+patched function itself).
+
+    sudo .venv/bin/python benchmarks/entry_patch.py [--cycles 7] [-- memhook args, e.g.
+                                                     --sample-rate 512KiB]
+"""
+import argparse
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from driver import HERE, Session, Target
+
+SRC = HERE / "targets" / "alloc_latency.c"
+FLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-plt"]
+BUILDS = {"GOT slot (libjemalloc.so)": ["-ljemalloc"],
+          "entry patch (libjemalloc.a)": ["/usr/lib/x86_64-linux-gnu/libjemalloc.a", "-lm",
+                                          "-lpthread", "-ldl"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=7)
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("memhook_args", nargs="*")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    targets = {}
+    for i, (name, libs) in enumerate(BUILDS.items()):
+        exe = tmp / f"t{i}"
+        subprocess.run(["gcc", *FLAGS, str(SRC), "-o", str(exe), *libs], check=True)
+        targets[name] = Target(str(exe))
+    run = f"run 16 {a.count} {a.rounds} 0"
+    ratio = {n: [] for n in targets}
+    attach = {n: [] for n in targets}
+    area = {}
+    for _ in range(a.cycles):
+        for name, t in targets.items():
+            bare = t.ask(run, "ns")
+            mh = Session(t.pid, *a.memhook_args)
+            hooked = t.ask(run, "ns")
+            area[name] = sum(int(hi, 16) - int(lo, 16) for lo, hi in (
+                line.split()[0].split("-") for line in open(f"/proc/{t.pid}/maps")
+                if "memhook trampolines" in line))
+            mh.stop()
+            ratio[name].append(hooked / bare)
+            attach[name].append(mh.attach_ms)
+    for t in targets.values():
+        assert t.close() == 0
+    print(f"{'malloc reached by':<30} {'16 B ratio':>10} {'(spread)':>13} {'attach ms':>10} "
+          f"{'(spread)':>13} {'trampoline area':>16}")
+    for name in targets:
+        r, p = ratio[name], attach[name]
+        print(f"{name:<30} {statistics.median(r):>9.2f}x {min(r):>6.2f}-{max(r):<6.2f}"
+              f"{statistics.median(p):>10.1f} {min(p):>6.1f}-{max(p):<6.1f} "
+              f"{area[name]:>12} B")
+    names = list(targets)
+    per_cycle = [e / g for e, g in zip(ratio[names[1]], ratio[names[0]])]
+    print(f"entry / GOT, per cycle: median {statistics.median(per_cycle):.2f}x "
+          f"({min(per_cycle):.2f}-{max(per_cycle):.2f})")
+
+
+if __name__ == "__main__":
+    main()
