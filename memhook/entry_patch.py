@@ -111,9 +111,6 @@ def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
     return best
 
 
-AREA_NAME = "[anon:memhook trampolines]"  # as /proc/PID/maps names the area (Linux 5.17+)
-
-
 def _symbols(elf, names: set) -> dict:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
     else the dynamic one."""
@@ -129,9 +126,10 @@ def _symbols(elf, names: set) -> dict:
     return out
 
 
-def plan_object(pid: int, obj, names: list, hook_ids: dict) -> tuple:
+def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (0, 0)) -> tuple:
     """Entry patches for `names` (hooked functions `obj`, the executable, defines and calls
-    directly): (plans, area address, area bytes, [(name, why refused)])."""
+    directly): (plans, area address, area bytes, [(name, why refused)]). `kept_area`: the area
+    an earlier session's hook library mapped (its cells are planned there again)."""
     from elftools.elf.elffile import ELFFile
 
     from .procfs import Memory, read_maps
@@ -146,9 +144,8 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict) -> tuple:
     ordered = sorted(by_address.items())[:MAX_PATCHES]
     size = (len(ordered) * CELL + 4095) & ~4095
     maps = read_maps(pid)
-    kept = [m for m in maps if m.path == AREA_NAME]
-    area = kept[0].start if kept else area_address(maps, [a for a, _ in ordered], size)
-    if not area or (kept and kept[0].end - kept[0].start < size):
+    area = kept_area[0] or area_address(maps, [a for a, _ in ordered], size)
+    if not area or (kept_area[0] and kept_area[1] < size):
         return [], 0, 0, [(n, "no free memory for trampolines within 2 GiB of it")
                           for _, (n, _) in ordered]
     plans, refused = [], []

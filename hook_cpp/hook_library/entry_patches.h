@@ -28,6 +28,12 @@ ActiveEntry g_entries[kMaxEntries];
 uint32_t g_nentries;
 uint8_t* g_area;  // the trampoline area, once mapped
 uint64_t g_area_bytes;
+}  // namespace
+// Where that area is, for the next memhook to plan its cells in (not every kernel names it in
+// /proc/PID/maps): address and bytes.
+extern "C" __attribute__((visibility("default"))) uint64_t memhook_entry_area[2];
+uint64_t memhook_entry_area[2];
+namespace {
 
 bool entry_active(int hook_id) {
   for (uint32_t i = 0; i < g_nentries; i++)
@@ -66,6 +72,8 @@ uint8_t* map_area(const Control* c) {
   prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, at, c->entry_area_bytes, "memhook trampolines");
   g_area = (uint8_t*)at;
   g_area_bytes = c->entry_area_bytes;
+  memhook_entry_area[1] = g_area_bytes;
+  __atomic_store_n(&memhook_entry_area[0], (uint64_t)at, __ATOMIC_RELEASE);
   return g_area;
 }
 

@@ -88,6 +88,10 @@ def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets
     assert [n for _, n in want] == ["leak_malloc", "main"], want
     assert any(a == [w for w, _ in want] for a, _, _ in memhook_stacks(report)), want
     target.command("leak")  # it keeps working after detach
+    again = Memhook(target.pid, tmp_path)  # a second session patches them again, in the same area
+    target.command("leak")
+    report = again.stop()
+    assert_exact(report)
     assert target.finish() == 0
 
 

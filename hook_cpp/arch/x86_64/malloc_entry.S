@@ -152,6 +152,11 @@ memhook_compare_words_end:
   memhook_compare_steps memhook_compare_avx512, memhook_compare_avx512_last, memhook_step_avx512, 25
   vmovdqu (%rcx), %xmm0
   vpternlogq $0xf6, RS_PAIRS+16*(ALIGNED_PAIRS-1)(%r9), %xmm0, %xmm1
+  // The VEX/EVEX steps leave this CPU's upper register state dirty: every legacy SSE
+  // instruction after them (ptest below, the next call's pxor, the target's own SSE code) then
+  // paid a transition. Into a static jemalloc: 183 ns per malloc, 22.5 with this
+  // (benchmarks/README.md, fourth session).
+  vzeroupper
   jmp memhook_compare_done
   memhook_compare_steps memhook_compare_sse, memhook_compare_sse_last, memhook_step_sse, 26
   movdqu (%rcx), %xmm0
