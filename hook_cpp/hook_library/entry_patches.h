@@ -1,7 +1,9 @@
 // Entry patches: allocation functions no slot reaches (linked into the executable). memhook
 // plans each (memhook/entry_patch.py: the bytes a `jmp rel32` replaces and the relocated
-// instructions), the GDB agent refuses those a stopped thread is inside, and memhook_patch()
-// writes the rest here with every thread stopped: the cells in an area near the executable (a
+// instructions), the GDB agent refuses those a stopped thread is inside, and calls
+// memhook_patch_entries() with GDB's scheduler locked (no other thread runs during the call:
+// code is rewritten under no thread; the call takes no lock a stopped thread could hold), which
+// writes the rest here: the cells in an area near the executable (a
 // stub jumping to the hook, then the trampoline), the hook's real function set to the
 // trampoline, then the jump over the function's first bytes. Detach puts the bytes back; the
 // area is never unmapped (a thread may be inside a trampoline), and a later session reuses the
@@ -151,3 +153,13 @@ uint32_t restore_entries() {
 }
 
 }  // namespace
+
+// Called by the GDB agent with every other thread held (scheduler-locking): see the top.
+extern "C" __attribute__((visibility("default"))) int memhook_patch_entries() {
+  if (!active()) return -1;
+  patch_entries(g_ctl);
+  return 0;
+}
+extern "C" __attribute__((visibility("default"))) int memhook_restore_entries() {
+  return (int)restore_entries();
+}

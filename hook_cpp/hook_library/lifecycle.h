@@ -167,8 +167,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
 // patched, or -1 when no session is armed.
 extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   if (!active()) return -1;
-  patch_entries(g_ctl);  // first: the slots' hooks then reach the trampolines
-  patch_planned(g_ctl);
+  patch_planned(g_ctl);  // (entries first, by memhook_patch_entries: entry_patches.h)
   rescan_loaded();
   return (int)g_ctl->nlate;
 }
@@ -181,6 +180,5 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   Control* c = g_ctl;
   if (!c) return 0;
   return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots)) +
-               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)) +
-               restore_entries());
+               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)));
 }

@@ -169,7 +169,10 @@ def do_attach(P, out):
         if rc != 0:
             raise RuntimeError("the hook library could not map the shared segment (code %d)" % rc)
         try:
-            refuse_entries_in_use(P, base)
+            if P["entries"]:
+                refuse_entries_in_use(P, base)
+                if locked_call(base + sym["memhook_patch_entries"]) < 0:
+                    raise RuntimeError("the hook library has no session to patch entries for")
             # The hook library patches memhook's plan, then libraries loaded since the scan.
             out["late"] = call("int(*)(void)", base + sym["memhook_patch"])
             if out["late"] < 0:
@@ -236,10 +239,22 @@ def refuse_entries_in_use(P, base):
            L["entry_states"]["refused"], 2)
 
 
-def leave_nothing_patched(P, base):
-    """An attach that failed after patching: the hook library puts every slot back (its own
-    routine, as at detach); if even that call fails, its hooks at least pass straight through."""
+def locked_call(fn):
+    """An int(void) call in the target with every other thread held, as GDB's scheduler lock
+    does: for the calls that rewrite code (entry patches), which take no lock."""
+    gdb.execute("set scheduler-locking on", to_string=True)
     try:
+        return call("int(*)(void)", fn)
+    finally:
+        gdb.execute("set scheduler-locking replay", to_string=True)
+
+
+def leave_nothing_patched(P, base):
+    """An attach that failed after patching: the hook library puts every slot and entry back (its
+    own routines, as at detach); if even that fails, its hooks at least pass straight through."""
+    try:
+        if "memhook_restore_entries" in P["symbols"]:
+            locked_call(base + P["symbols"]["memhook_restore_entries"])
         call("int(*)(void)", base + P["symbols"]["memhook_stop"])
     except Exception:  # noqa: BLE001
         wr(base + P["symbols"]["memhook_active"], P["layout"]["mode_off"], 4)
@@ -250,7 +265,10 @@ def do_detach(P, out):
     base = P["lib_base"]
     # Every hook passes straight through from here on, whatever happens next.
     wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
-    # The hook library restores every slot that still holds its hook (hook_library/slots.h).
+    # Entry patches first, every other thread held; then every slot that still holds its hook
+    # (hook_library/entry_patches.h, slots.h).
+    if "memhook_restore_entries" in sym:
+        out["entries_restored"] = locked_call(base + sym["memhook_restore_entries"])
     call("int(*)(void)", base + sym["memhook_stop"])
     states = P["layout"]["slot_states"]
     restored, changed = [], []

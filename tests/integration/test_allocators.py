@@ -133,3 +133,36 @@ def test_unpatchable_entries_refused_in_one_line_each(tmp_path, targets):
     assert any("valloc: the branch at +0x" in r and "lands inside" in r for r in refused)
     assert [a["traced"] for a in report["allocators"]] == ["from other objects only"]
     assert target.finish() == 0
+
+
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
+def test_threads_through_200_attach_detach_cycles(tmp_path, linked_jemalloc, targets):
+    """8 threads calling the entry-patched malloc and free all along while memhook attaches and
+    detaches 200 times: the target never crashes, every session counts what it saw (at most one
+    block per thread in flight at either end), every entry is put back each time."""
+    import random
+
+    from memhook.session import Options, Session
+    exe = linked_jemalloc
+    target = targets(exe, "threads")
+    rng = random.Random(11)
+    for cycle in range(200):
+        session = Session(target.pid, Options())
+        session.attach()
+        time.sleep(rng.uniform(0, 0.02))
+        session.detach("cycle")
+        t = session.consumer.totals()
+        assert not (session.detach_error or session.not_restored or session.abandoned), cycle
+        assert t["alloc_count"] > 0 and t["dropped_events"] == 0, (cycle, t)
+        assert t["outstanding_count"] <= 8 and t["unknown_free_count"] <= 8, (cycle, t)
+        if cycle % 50 == 0:
+            now, in_file = entry_bytes(target.pid, exe, "malloc")
+            assert now == in_file, cycle
+    mh = Memhook(target.pid, tmp_path)  # and the last session is exact for the leaks
+    target.command("leak")
+    report = mh.stop()
+    for function, (size, count, operations) in LEAKS.items():
+        s = next(s for s in report["sites"] if s["frames"][0]["function"] == function
+                 and s["operations"] == operations)
+        assert (s["outstanding_bytes"], s["outstanding_count"]) == (size, count), s
+    assert target.finish() == 0

@@ -5,7 +5,11 @@
  *           (64) 3003, each from its own function; strdup of 299 characters through a function
  *           pointer (libc's strdup calls this executable's malloc through libc's own slot);
  *           mallocx(200), jemalloc's own API
- *   churn   100 malloc(555)/free pairs */
+ *   churn   100 malloc(555)/free pairs
+ * With the argument "threads", 8 threads call malloc and free in pairs all along, pausing 50 us
+ * every 20 pairs. */
+#include <pthread.h>
+#include <time.h>
 #include <jemalloc/jemalloc.h>
 #include "harness.h"
 
@@ -31,8 +35,21 @@ NOINLINE static void churn(void) {
   for (int i = 0; i < 100; i++) free(memset(malloc(555), 1, 555));
 }
 
-int main(void) {
+static void* pairs(void* arg) {
+  (void)arg;
+  struct timespec pause = {0, 50000};
+  for (unsigned i = 0;; i++) {
+    free(memset(malloc(64 + i % 64), 1, 8));
+    if (i % 20 == 19) nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+int main(int argc, char** argv) {
   char cmd[64];
+  pthread_t t;
+  for (int i = 0; argc > 1 && !strcmp(argv[1], "threads") && i < 8; i++)
+    pthread_create(&t, NULL, pairs, NULL);
   harness_ready();
   while (harness_next(cmd, sizeof cmd)) {
     if (!strcmp(cmd, "leak")) {
