@@ -79,7 +79,7 @@ uint8_t* map_area(const Control* c) {
   return g_area;
 }
 
-// memhook's plan, with every thread stopped. Each entry ends kEntryPatched (and its hook's real
+// memhook's plan, every other thread held. Each entry ends kEntryPatched (and its hook's real
 // function is its trampoline), kEntryKept (an earlier session's patch, still in place),
 // kEntryChanged (its bytes are not those planned, or no area), or stays kEntryRefused.
 __attribute__((noinline)) void patch_entries(Control* c) {
@@ -128,7 +128,7 @@ __attribute__((noinline)) void patch_entries(Control* c) {
   if (area) mprotect(area, g_area_bytes, PROT_READ | PROT_EXEC);
 }
 
-// Detach, with every thread stopped: each entry still holding its jump gets its first bytes
+// Detach, every other thread held: each entry still holding its jump gets its first bytes
 // back. Its hook's real function stays the trampoline, which goes on to the original code: a
 // thread still inside the hook or the trampoline finishes normally.
 uint32_t restore_entries() {

@@ -162,7 +162,8 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   return 0;
 }
 
-// After memhook_start, with every thread stopped: patch memhook's plan (slots.h), then the
+// After memhook_start (GDB lets the other threads run during the call: each slot is one atomic
+// store, and the hooks are ready before the first): patch memhook's plan (slots.h), then the
 // libraries that appeared between memhook's scan and its attach. Returns the late slots
 // patched, or -1 when no session is armed.
 extern "C" __attribute__((visibility("default"))) int memhook_patch() {
@@ -172,9 +173,9 @@ extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   return (int)g_ctl->nlate;
 }
 
-// Detach, with every thread stopped: every hook passes straight through, and every slot that
-// still holds its hook gets its original back (slots.h). Takes no lock: a stopped thread may
-// hold any. Returns the slots restored.
+// Detach (the other threads run during GDB's call, as at attach): every hook passes through,
+// and every slot that still holds its hook gets its original back (slots.h). Takes no lock: a
+// thread GDB stopped may hold any. Returns the slots restored.
 extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;

@@ -1,6 +1,6 @@
 // The slots: which ones hold their original, patching them, putting them back. The one owner
 // of these rules: memhook plans the slots it found at attach (Control::slots) and
-// memhook_patch() patches them here, with every thread stopped; libraries loaded later are
+// memhook_patch() patches them here, each with one atomic store; libraries loaded later are
 // patched here from late_patching.h; detach (memhook_stop) and abandon restore them here.
 #pragma once
 

@@ -87,7 +87,7 @@ def run_agent(request: AttachRequest | DetachRequest) -> dict:
 
 class GdbWayIn:
     """The way in through GDB: attach, call dlopen and memhook_start in the target, patch the
-    slots with every thread stopped, detach (gdb_agent.py runs inside GDB)."""
+    entries (other threads held) and the slots, detach (gdb_agent.py runs inside GDB)."""
 
     name = "gdb"
     TRIES = 5  # every thread mid-allocation ("busy:"): the moment passes, try again
