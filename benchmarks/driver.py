@@ -34,6 +34,14 @@ def alternate(pid: int, cycles: int, memhook_args, keys, measure):
     return bare, hooked, dropped, outputs
 
 
+def spread(values, unit: str = "", digits: int = 2) -> str:
+    """A cycle's figures as the tables print them: the median, then (lowest-highest)."""
+    import statistics
+    f = f"{{:.{digits}f}}"
+    return (f"{f.format(statistics.median(values))}{unit} "
+            f"({f.format(min(values))}-{f.format(max(values))})")
+
+
 def print_dropped(dropped: Counter, events: int) -> None:
     n = dropped["events"]
     print(f"dropped events (all cycles): {n} of {events} ({100 * n / events:.1f} %), "

@@ -10,12 +10,11 @@ patched function itself).
                                                      --sample-rate 512KiB]
 """
 import argparse
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
-from driver import HERE, Session, Target
+from driver import HERE, Session, Target, spread
 
 SRC = HERE / "targets" / "alloc_latency.c"
 FLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-plt"]
@@ -52,17 +51,14 @@ def main():
             attach[name].append(mh.attach_ms)
     for t in targets.values():
         assert t.close() == 0
-    print(f"{'malloc reached by':<30} {'16 B ratio':>10} {'(spread)':>13} {'attach ms':>10} "
-          f"{'(spread)':>13} {'dropped':>9}")
+    print(f"{'malloc reached by':<30} {'16 B ratio (range)':>20} {'attach ms (range)':>20} "
+          f"{'dropped':>9}")
     for name in targets:
-        r, p = ratio[name], attach[name]
-        print(f"{name:<30} {statistics.median(r):>9.2f}x {min(r):>6.2f}-{max(r):<6.2f}"
-              f"{statistics.median(p):>10.1f} {min(p):>6.1f}-{max(p):<6.1f} "
+        print(f"{name:<30} {spread(ratio[name], 'x'):>20} {spread(attach[name], '', 1):>20} "
               f"{dropped[name]:>9}")
     names = list(targets)
-    per_cycle = [e / g for e, g in zip(ratio[names[1]], ratio[names[0]])]
-    print(f"entry / GOT, per cycle: median {statistics.median(per_cycle):.2f}x "
-          f"({min(per_cycle):.2f}-{max(per_cycle):.2f})")
+    print("entry / GOT, per cycle: " + spread(
+        [e / g for e, g in zip(ratio[names[1]], ratio[names[0]])], "x"))
 
 
 if __name__ == "__main__":

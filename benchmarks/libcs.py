@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from driver import HERE, Session, Target
+from driver import HERE, Session, Target, spread
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
 FLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-plt"]
@@ -71,15 +71,13 @@ def main():
             detach[n].append(mh.detach_ms)
     for t in targets.values():
         assert t.close() == 0
-    print(f"{'target':<18} {'libc':<12} {'bare ns':>8} {'hooked ns':>10} {'16 B ratio':>11} "
-          f"{'(spread)':>14} {'attach ms':>10} {'(spread)':>14} {'detach ms':>10}")
+    print(f"{'target':<18} {'libc':<12} {'bare ns':>8} {'hooked ns':>10} "
+          f"{'16 B ratio (range)':>20} {'attach ms (range)':>20} {'detach ms':>10}")
     for n in names:
-        r, p, q = ratio[n], attach[n], detach[n]
         bare = statistics.median(b for b, _ in ns[n])
         hooked = statistics.median(h for _, h in ns[n])
-        print(f"{n:<18} {libc[n]:<12} {bare:>8.1f} {hooked:>10.1f} {statistics.median(r):>10.2f}x {min(r):>6.2f}-{max(r):<6.2f}"
-              f" {statistics.median(p):>10.1f} {min(p):>6.1f}-{max(p):<6.1f} "
-              f"{statistics.median(q):>10.1f}")
+        print(f"{n:<18} {libc[n]:<12} {bare:>8.1f} {hooked:>10.1f} {spread(ratio[n], 'x'):>20} "
+              f"{spread(attach[n], '', 1):>20} {statistics.median(detach[n]):>10.1f}")
 
 
 if __name__ == "__main__":
