@@ -2,9 +2,9 @@
 jemalloc's malloc reached through a GOT slot (jemalloc as a shared library) and entry-patched
 (jemalloc linked into the executable), measured in turns in one session; the attach pause of
 each; events dropped. Trampoline memory is by construction: a 64-byte cell per function, in
-one area of whole pages (4 KiB for up to 64). benchmarks/targets/alloc_latency.c, "run" mode (the unprofiled
-figure from the same process between sessions: the bare pointers of "pair" would be the
-patched function itself).
+one area of whole pages (4 KiB for up to 64). benchmarks/targets/alloc_latency.c, "run" mode
+(the unprofiled figure from the same process between sessions: the bare pointers of "pair"
+would be the patched function itself).
 
     sudo .venv/bin/python benchmarks/entry_patch.py [--cycles 7] [-- memhook args, e.g.
                                                      --sample-rate 512KiB]

@@ -25,7 +25,8 @@ WAYS = ["chroot", "namespace"]
 
 # In a new mount namespace: the root directory bound onto itself and made the namespace's root
 # with pivot_root, the host's tree detached, /proc mounted (as a container runtime does); the
-# directories named after the root made noexec first, a tmpfs on /dev/shm. $1 = root, $2 = noexec dirs, then argv.
+# directories named after the root made noexec first, a tmpfs on /dev/shm.
+# $1 = root, $2 = noexec dirs, then argv.
 ENTER = r"""set -e
 root=$1; noexec=$2; shift 2
 mount --bind "$root" "$root"
