@@ -45,9 +45,11 @@ class EntryPlan:
         return self.cell + STUB
 
 
-def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: int) -> EntryPlan:
+def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: int,
+         parts: list = ()) -> EntryPlan:
     """The plan for one function: `body` is its code as mapped at `address` (its symbol's
-    `size` bytes; at least MAX_ORIGINAL when the size is unknown)."""
+    `size` bytes; at least MAX_ORIGINAL when the size is unknown). `parts`: (address, code) of
+    the pieces the compiler split off it (`name.cold`), which jump back into its body."""
     if size and size < JMP_LEN:
         raise Refused(f"{name} is {size} bytes long, shorter than the {JMP_LEN}-byte jump")
     if abs(cell - address) >= NEAR - CELL:
@@ -69,14 +71,16 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
     # No branch of the function itself may land inside the bytes the jump replaces (its loop
     # back to the start is fine: the start is the jump).
     end = address + (size or len(body))
-    for insn in Decoder(64, body[:end - address], ip=address):
-        if insn.code == Code.INVALID:
-            break
-        if insn.flow_control in BRANCHES and insn.op0_kind in _NEAR_KINDS:
-            target = insn.near_branch_target
-            if address < target < address + length:
-                raise Refused(f"{name}: the branch at +{insn.ip - address:#x} lands inside the "
-                              f"{length} bytes a jump would replace")
+    for at, code in [(address, body[:end - address]), *parts]:
+        for insn in Decoder(64, code, ip=at):
+            if insn.code == Code.INVALID:
+                break
+            if insn.flow_control in BRANCHES and insn.op0_kind in _NEAR_KINDS:
+                target = insn.near_branch_target
+                if address < target < address + length:
+                    where = f"+{insn.ip - address:#x}" if at == address else f"{insn.ip:#x}"
+                    raise Refused(f"{name}: the branch at {where} lands inside the {length} "
+                                  "bytes a jump would replace")
     # The moved instructions at the trampoline, then the jump back to the first one not moved.
     back = Instruction.create_branch(Code.JMP_REL32_64, address + length)
     try:
@@ -111,19 +115,23 @@ def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
     return best
 
 
-def _symbols(elf, names: set) -> dict:
+def _symbols(elf, names: set) -> tuple:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
-    else the dynamic one."""
-    out = {}
+    else the dynamic one; and name -> [(address, size)] of their split-off `name.cold` parts."""
+    out, parts = {}, {}
     for sec_name in (".symtab", ".dynsym"):
         sec = elf.get_section_by_name(sec_name)
         if sec is None:
             continue
         for sym in sec.iter_symbols():
-            if sym.name in names and sym.name not in out and sym["st_shndx"] != "SHN_UNDEF" \
-                    and sym["st_info"]["type"] == "STT_FUNC":
+            if sym["st_shndx"] == "SHN_UNDEF" or sym["st_info"]["type"] != "STT_FUNC":
+                continue
+            if sym.name in names and sym.name not in out:
                 out[sym.name] = (sym["st_value"], sym["st_size"])
-    return out
+            base, dot, rest = sym.name.partition(".")
+            if dot and base in names and rest.startswith("cold") and sec_name == ".symtab":
+                parts.setdefault(base, []).append((sym["st_value"], sym["st_size"]))
+    return out, parts
 
 
 def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (0, 0)) -> tuple:
@@ -134,7 +142,7 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
 
     from .procfs import Memory, read_maps
     with open(obj.file, "rb") as f:
-        found = _symbols(ELFFile(f), set(names))
+        found, split = _symbols(ELFFile(f), set(names))
     by_address: dict = {}
     for name in names:
         if name in found:
@@ -153,7 +161,10 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
         for i, (address, (name, length)) in enumerate(ordered):
             try:
                 body = mem.read(address, max(length, MAX_ORIGINAL))
-                plans.append(plan(name, hook_ids[name], address, length, body, area + i * CELL))
+                parts = [(obj.bias + at, mem.read(obj.bias + at, n))
+                         for at, n in split.get(name, []) if n]
+                plans.append(plan(name, hook_ids[name], address, length, body, area + i * CELL,
+                                  parts))
             except Refused as e:
                 refused.append((name, str(e)))
             except OSError as e:

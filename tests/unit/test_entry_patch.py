@@ -81,6 +81,17 @@ def test_branch_into_the_patched_bytes_refused(shapes):
         planned(shapes, "loops_to_its_start")
 
 
+def test_branch_back_from_a_cold_part_refused(shapes):
+    """GCC splits rarely run code into `name.cold`, which jumps back into the function's body:
+    a jump into the bytes the patch replaces is refused from there too."""
+    address, size, body = shapes["hot_with_cold_part"]
+    entry_patch.plan("hot_with_cold_part", 1, address, size, body, address + FAR)  # alone: fine
+    cold, n, code = shapes["hot_with_cold_part.cold"]
+    with pytest.raises(entry_patch.Refused, match="lands inside"):
+        entry_patch.plan("hot_with_cold_part", 1, address, size, body, address + FAR,
+                         [(cold, code[:n])])
+
+
 def test_too_short_refused(shapes):
     with pytest.raises(entry_patch.Refused, match="shorter than"):
         planned(shapes, "tiny")

@@ -51,3 +51,20 @@ short_jump_first:            // a short conditional jump among the moved instruc
   .data
 table:
   .quad 42
+
+  .text
+  .globl hot_with_cold_part
+  .type hot_with_cold_part, @function
+hot_with_cold_part:          // its cold part (as GCC splits one off) jumps back to +3
+  push %rbx
+  test %rdi, %rdi
+3:
+  je hot_with_cold_part.cold
+  pop %rbx
+  ret
+  .size hot_with_cold_part, .-hot_with_cold_part
+  .type hot_with_cold_part.cold, @function
+hot_with_cold_part.cold:
+  xor %eax, %eax
+  jmp 3b
+  .size hot_with_cold_part.cold, .-hot_with_cold_part.cold
