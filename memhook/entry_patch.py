@@ -14,16 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iced_x86 import BlockEncoder, Code, Decoder, FlowControl, Instruction, OpKind
-
 JMP_LEN = 5           # E9 rel32: what the entry becomes
 CELL = 64             # bytes per patched function in the area
 STUB = 16             # the cell's first bytes: FF 25 00000000 <hook address>, then int3 padding
 MAX_ORIGINAL = 32     # bytes of the function's start the plan keeps (to check and to restore)
 MAX_PATCHES = 64      # functions per target (hook_cpp/common/segment.h kMaxEntries)
 NEAR = 1 << 31
-BRANCHES = (FlowControl.UNCONDITIONAL_BRANCH, FlowControl.CONDITIONAL_BRANCH, FlowControl.CALL,
-            FlowControl.XBEGIN_XABORT_XEND)
 
 
 class Refused(Exception):
@@ -50,6 +46,11 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
     """The plan for one function: `body` is its code as mapped at `address` (its symbol's
     `size` bytes; at least MAX_ORIGINAL when the size is unknown). `parts`: (address, code) of
     the pieces the compiler split off it (`name.cold`), which jump back into its body."""
+    # (imported here: most attaches patch no entry, and iced-x86 takes 10 ms to import)
+    from iced_x86 import BlockEncoder, Code, Decoder, FlowControl, Instruction, OpKind
+    branches = (FlowControl.UNCONDITIONAL_BRANCH, FlowControl.CONDITIONAL_BRANCH,
+                FlowControl.CALL, FlowControl.XBEGIN_XABORT_XEND)
+    near_kinds = (OpKind.NEAR_BRANCH16, OpKind.NEAR_BRANCH32, OpKind.NEAR_BRANCH64)
     if size and size < JMP_LEN:
         raise Refused(f"{name} is {size} bytes long, shorter than the {JMP_LEN}-byte jump")
     if abs(cell - address) >= NEAR - CELL:
@@ -75,7 +76,7 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
         for insn in Decoder(64, code, ip=at):
             if insn.code == Code.INVALID:
                 break
-            if insn.flow_control in BRANCHES and insn.op0_kind in _NEAR_KINDS:
+            if insn.flow_control in branches and insn.op0_kind in near_kinds:
                 target = insn.near_branch_target
                 if address < target < address + length:
                     where = f"+{insn.ip - address:#x}" if at == address else f"{insn.ip:#x}"
@@ -94,8 +95,6 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
                       f"a cell holds")
     return EntryPlan(name, hook_id, address, length, bytes(body[:MAX_ORIGINAL]), cell, code)
 
-
-_NEAR_KINDS = (OpKind.NEAR_BRANCH16, OpKind.NEAR_BRANCH32, OpKind.NEAR_BRANCH64)
 
 
 def area_address(maps, functions: list, size: int, page: int = 4096) -> int:

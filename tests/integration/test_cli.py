@@ -156,10 +156,12 @@ def test_ctrl_c_at_any_moment_of_attach(tmp_path, targets, delay):
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert "Traceback" not in err
-    if proc.returncode == -signal.SIGINT:
-        assert "attached" not in out  # stopped while Python was starting: nothing was done
+    # Stopped while the interpreter itself was starting (killed by the signal, or its site
+    # import interrupted, which Python reports with its own traceback): nothing was done.
+    if proc.returncode == -signal.SIGINT or "Fatal Python error: init_import_site" in err:
+        assert "attached" not in out
     else:
+        assert "Traceback" not in err
         assert proc.returncode == 0, err
         assert "detached (interrupted)" in out
     assert_restored(target.pid, exe, before)
