@@ -146,6 +146,17 @@ class Memhook:
         return json.loads(rep.stdout)
 
 
+def traced(target: "Target", tmp_path: Path, *commands: str) -> tuple["Memhook", dict]:
+    """memhook attached to `target` while it runs `commands`, then Ctrl-C; the target must then
+    exit with status 0. Returns the Memhook (its stderr, its capture) and the JSON report."""
+    mh = Memhook(target.pid, tmp_path)
+    for command in commands:
+        target.command(command)
+    report = mh.stop()
+    assert target.finish() == 0
+    return mh, report
+
+
 def site(report: dict, function: str, frame: int = 0) -> dict:
     """The one site whose frame `frame` is in `function` (matched on the name's start)."""
     found = [s for s in report["sites"] if len(s["frames"]) > frame

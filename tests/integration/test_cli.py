@@ -228,12 +228,12 @@ def test_no_idle_threads_of_its_own():
     assert out.stdout.strip() == "1", out
 
 
-def test_non_pie_executable_taking_mallocs_address(tmp_path):
+def test_non_pie_executable_taking_mallocs_address(tmp_path, targets):
     """A non-PIE executable that takes malloc's and free's addresses makes its PLT entries
     their addresses for every library (libc's own slots hold them). memhook hooks those calls
     through the executable's patched slots, so it says nothing about them, and a leak through
     libc's strdup is counted."""
-    from conftest import TARGETS, Target
+    from conftest import TARGETS, traced
     exe = tmp_path / "nopie"
     subprocess.run(["gcc", "-O1", "-no-pie", "-fno-pie", "-I", str(TARGETS), "-x", "c", "-",
                     "-o", str(exe)],
@@ -245,14 +245,7 @@ def test_non_pie_executable_taking_mallocs_address(tmp_path):
                          "  while (harness_next(cmd, sizeof cmd)) {\n"
                          "    kept[k++ % 16] = strdup(\"twenty bytes long..\"); pf(pm(10));\n"
                          "    harness_done(); } return 0; }\n", text=True, check=True)
-    target = Target(exe)
-    try:
-        mh = Memhook(target.pid, tmp_path)
-        target.command("leak")
-        report = mh.stop()
-        assert target.finish() == 0
-    finally:
-        target.kill()
+    mh, report = traced(targets(exe), tmp_path, "leak")
     assert "left alone" not in mh.attached_line and "left alone" not in mh.stderr, mh.stderr
     strdup = [s for s in report["sites"] if s["frames"][0]["function"] == "__strdup"]
     assert [s["outstanding_bytes"] for s in strdup] == [20], report["sites"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, run_memhook
+from conftest import TARGETS, Memhook, Target, run_memhook, traced
 from memhook import _native
 
 FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
@@ -268,7 +268,7 @@ def test_random_rows_never_harm_the_target(tmp_path):
     assert len(walked) >= 12 and not set(walked) & markers, walked
 
 
-def test_code_without_rows(tmp_path):
+def test_code_without_rows(tmp_path, targets):
     """Code without rows gets one guarded frame-pointer step per frame: JIT code (anonymous
     executable memory) that keeps a frame pointer leads on to the whole stack, and JIT code that
     does not ends it with [no unwind info]. So do libraries loaded and run at once, before
@@ -277,17 +277,9 @@ def test_code_without_rows(tmp_path):
     exe = build_pair(tmp_path, FRAMELESS)
     (tmp_path / "fp").mkdir()
     with_fp = build_pair(tmp_path / "fp", WITH_FP).parent / "libframeless_plugin.so"
-    target = Target(exe)
-    try:
-        mh = Memhook(target.pid, tmp_path)
-        target.command("jit 4321")
-        target.command("jitbare 4322")
-        target.command(f"dlleak {exe.parent / 'libframeless_plugin.so'} 4323")
-        target.command(f"dlleak {with_fp} 4324")
-        report = mh.stop()
-        assert target.finish() == 0
-    finally:
-        target.kill()
+    mh, report = traced(targets(exe), tmp_path, "jit 4321", "jitbare 4322",
+                       f"dlleak {exe.parent / 'libframeless_plugin.so'} 4323",
+                       f"dlleak {with_fp} 4324")
     by_size = {s["outstanding_bytes"]: [f for f in s["frames"] if not f.get("inlined")]
                for s in report["sites"]}
     jit = by_size[4321]
@@ -323,21 +315,15 @@ for line in sys.stdin:
 
 
 @pytest.mark.skipif(not DEBIAN_PYTHON.exists(), reason="Debian's python3.11 is not installed")
-def test_debian_python_bytearray_leak(tmp_path):
+def test_debian_python_bytearray_leak(tmp_path, targets):
     """The case that opened the issue: Debian's python3.11 (built -O3 without frame pointers)
     keeping bytearray(5000) objects. The leak's stack runs from the allocator through
     PyByteArray_Resize, the type call and the interpreter loop down to Py_BytesMain and libc's
     start (python's main tail-calls Py_BytesMain), not two frames in obmalloc.c."""
     script = tmp_path / "keeper.py"
     script.write_text(KEEPER)
-    target = Target(script, argv=[str(DEBIAN_PYTHON), str(script)])
-    try:
-        mh = Memhook(target.pid, tmp_path)
-        target.command("1000")
-        report = mh.stop()
-        assert target.finish() == 0
-    finally:
-        target.kill()
+    _, report = traced(targets(script, argv=[str(DEBIAN_PYTHON), str(script)]), tmp_path,
+                       "1000")
     big = max(report["sites"], key=lambda s: s["outstanding_bytes"])
     assert big["outstanding_bytes"] >= 1000 * 5000
     names = [f["function"] or "" for f in big["frames"] if not f.get("inlined")]
@@ -348,7 +334,7 @@ def test_debian_python_bytearray_leak(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["no tables", "no search table"])
-def test_library_without_call_frame_information(tmp_path, how):
+def test_library_without_call_frame_information(tmp_path, how, targets):
     """Code no CFI covers: functions of a library built without unwind tables beside one built
     with them (gaps between its FDEs), or the same library linked without .eh_frame_hdr
     (memhook enumerates its FDEs from .eh_frame itself: tests/unit/test_native.py). Its
@@ -378,14 +364,7 @@ def test_library_without_call_frame_information(tmp_path, how):
                          "  while (harness_next(cmd, sizeof cmd)) { caller(atoi(cmd));"
                          " harness_done(); } return 0; }\n",
                    text=True, check=True)
-    target = Target(exe)
-    try:
-        mh = Memhook(target.pid, tmp_path)
-        target.command("6543")
-        report = mh.stop()
-        assert target.finish() == 0
-    finally:
-        target.kill()
+    _, report = traced(targets(exe), tmp_path, "6543")
     leak = next(s for s in report["sites"] if s["outstanding_bytes"] == 6543)
     names = [f["function"] for f in leak["frames"] if not f.get("inlined")]
     assert names == ["inner", "nocfi_leak", "caller", "main"], names
