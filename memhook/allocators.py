@@ -40,6 +40,7 @@ _PREFIXES = ("_rjem_", "tc_", "mi_")  # how each pattern starts: a cheap test fi
 _ANY = re.compile(b"(?:" + b"|".join([re.escape(n.encode()) for n in
                                       sorted(_EXACT, key=len, reverse=True)]
                                      + [p.pattern for p in _PATTERNS]) + b")\0")
+# An ELF64 symbol as numpy reads a whole table (elf.py reads .dynsym with the same).
 ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                       ("value", "<u8"), ("size", "<u8")])
 STT_FUNC = 2
@@ -79,10 +80,6 @@ class Found:
             return "yes"
         return "partly" if self.patched else "from other objects only"
 
-    @property
-    def untraced(self) -> bool:
-        return self.traced != "yes"
-
 
 def _some(names: list) -> str:
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
@@ -98,27 +95,24 @@ def _symtab_names(elf) -> set:
     """Names of the functions an executable's full symbol table defines, among those any family
     could hold (matched on the string table, not symbol by symbol: an executable may have a
     million symbols). Its direct calls reach these; a stripped one has none."""
-    out = set()
-    for sec_name in (".symtab",):
-        sec = elf.get_section_by_name(sec_name)
-        if sec is None or sec["sh_entsize"] != ELF64_SYM.itemsize:
-            continue
-        strtab = elf.get_section(sec["sh_link"]).data()
-        offsets = {}
-        for m in _ANY.finditer(strtab):
-            # Linkers share tails ("malloc" may be the end of "je_malloc"): every suffix that is
-            # a candidate itself is one too.
-            for k in range(m.start(), m.end() - 1):
-                tail = strtab[k:m.end() - 1]
-                if candidate(tail.decode(errors="replace")):
-                    offsets[k] = tail.decode(errors="replace")
-        if not offsets:
-            continue
-        syms = np.frombuffer(sec.data(), dtype=ELF64_SYM)
-        keep = np.isin(syms["name"], np.fromiter(offsets, dtype=np.uint32)) & (
-            syms["shndx"] != 0) & ((syms["info"] & 0xF) == STT_FUNC)
-        out |= {offsets[int(o)] for o in syms["name"][keep]}
-    return out
+    sec = elf.get_section_by_name(".symtab")
+    if sec is None or sec["sh_entsize"] != ELF64_SYM.itemsize:
+        return set()
+    strtab = elf.get_section(sec["sh_link"]).data()
+    offsets = {}
+    for m in _ANY.finditer(strtab):
+        # Linkers share tails ("malloc" may be the end of "je_malloc"): every suffix that is a
+        # candidate itself is one too.
+        for k in range(m.start(), m.end() - 1):
+            tail = strtab[k:m.end() - 1].decode(errors="replace")
+            if candidate(tail):
+                offsets[k] = tail
+    if not offsets:
+        return set()
+    syms = np.frombuffer(sec.data(), dtype=ELF64_SYM)
+    keep = np.isin(syms["name"], np.fromiter(offsets, dtype=np.uint32)) & (
+        syms["shndx"] != 0) & ((syms["info"] & 0xF) == STT_FUNC)
+    return {offsets[int(o)] for o in syms["name"][keep]}
 
 
 def find(path: str, elf, exported: set, executable: bool) -> list:

@@ -18,15 +18,14 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from . import allocators, arch, hooks
+from .allocators import ELF64_SYM, STT_FUNC
 from .procfs import Mapping, Memory, TargetError, read_maps
 
 PAGE = 4096
 DT_NULL, DT_DEBUG = 0, 21
 DT_PLTRELSZ, DT_RELA, DT_RELASZ, DT_JMPREL = 2, 7, 8, 23
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
-ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
-                      ("value", "<u8"), ("size", "<u8")])
-STT_FUNC, STB_GLOBAL, STB_WEAK = 2, 1, 2
+STB_GLOBAL, STB_WEAK = 1, 2
 HELPERS = {"dlerror", "__libc_dlopen_mode", "munmap"}  # what the agent calls, besides the hooks
 # Objects whose allocation functions are the ones memhook's slots are made for: the libcs, their
 # loaders, the C++ runtimes' operator new, memhook's own library.

@@ -227,16 +227,14 @@ class Session:
         plans, area = [], (0, 0)
         self.entry_plans = []
         kept_area = (0, 0)
-        if layout.hook_library_base and any(f.hooked and not f.own_calls
-                                            for f in self.allocators):
+        direct = [f for f in self.allocators if f.hooked and not f.own_calls]
+        if layout.hook_library_base and direct:
             offset = elf.exported_offsets(layout.hook_library_file).get("memhook_entry_area")
             if offset is not None:  # (an older memhook's library has none)
                 with procfs.Memory(self.pid) as mem:
                     at = layout.hook_library_base + offset
                     kept_area = (mem.u64(at), mem.u64(at + 8))
-        for found in self.allocators:
-            if not found.hooked or found.own_calls:
-                continue
+        for found in direct:
             obj = next(o for o in layout.objects if o.path == found.path)
             names = [n for n in found.names if n in hooks.BY_SYMBOL]
             planned, at, size, refused = entry_patch.plan_object(

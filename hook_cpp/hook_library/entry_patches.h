@@ -23,8 +23,8 @@ namespace {
 // session neither patches it again nor points its real function at the patched entry.
 struct ActiveEntry {
   uint64_t addr, trampoline;
-  uint32_t hook_id, length;
-  uint8_t original[kEntryOriginal];
+  uint32_t hook_id;
+  uint8_t original[5];  // what the jump replaced
 };
 ActiveEntry g_entries[kMaxEntries];
 uint32_t g_nentries;
@@ -114,8 +114,8 @@ __attribute__((noinline)) void patch_entries(Control* c) {
     const int32_t rel = (int32_t)((int64_t)e.cell - (int64_t)(e.addr + 5));
     memcpy(jump + 1, &rel, 4);
     ActiveEntry& a = g_entries[g_nentries];
-    a = ActiveEntry{e.addr, e.cell + kEntryStub, e.hook_id, e.length, {}};
-    memcpy(a.original, e.original, kEntryOriginal);
+    a = ActiveEntry{e.addr, e.cell + kEntryStub, e.hook_id, {}};
+    memcpy(a.original, e.original, sizeof a.original);
     g_real[e.hook_id] = (void*)a.trampoline;  // before the jump: no call may reach the hook first
     if (!write_code(e.addr, jump, 5)) {
       g_real[e.hook_id] = (void*)e.addr;

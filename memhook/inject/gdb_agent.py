@@ -194,22 +194,23 @@ def do_attach(P, out):
 STACK_SCAN = 256 * 1024  # bytes of each stack searched for return addresses
 
 
-def entry_states(P, base):
-    """The state the hook library left each planned entry in."""
+def entry_state_addresses(P, base):
+    """Where each planned entry's state is in the target's control block."""
     L = P["layout"]
     ctl = rd(base + P["symbols"]["memhook_ctl"])
-    return [rd(ctl + L["entries_offset"] + i * L["entry_bytes"] + L["entry_state_offset"], 2)
+    return [ctl + L["entries_offset"] + i * L["entry_bytes"] + L["entry_state_offset"]
             for i in range(len(P["entries"]))]
+
+
+def entry_states(P, base):
+    """The state the hook library left each planned entry in."""
+    return [rd(at, 2) for at in entry_state_addresses(P, base)]
 
 
 def refuse_entries_in_use(P, base):
     """Every thread is stopped: an entry whose replaced bytes hold a thread's pc, or a return
     address on its stack (the top STACK_SCAN bytes), is marked refused; a thread inside the
     trampoline area refuses them all (an earlier session's trampolines are rewritten)."""
-    if not P["entries"]:
-        return
-    L = P["layout"]
-    ctl = rd(base + P["symbols"]["memhook_ctl"])
     lo, hi = P["entry_area"]
     busy = set()
     current = gdb.selected_thread()
@@ -234,9 +235,9 @@ def refuse_entries_in_use(P, base):
                     busy.add(i)
     finally:
         current.switch()
+    states = entry_state_addresses(P, base)
     for i in busy:
-        wr(ctl + L["entries_offset"] + i * L["entry_bytes"] + L["entry_state_offset"],
-           L["entry_states"]["refused"], 2)
+        wr(states[i], P["layout"]["entry_states"]["refused"], 2)
 
 
 def locked_call(fn):

@@ -52,13 +52,14 @@ STALE = re.compile(r"^memhook-(\d+)-(?:\d+-)?[0-9a-f]{32}$")
 def segment_dir(pid: int) -> tuple[str, str]:
     """The directory of the target's root for its segment, and a note for the user when it is
     not in memory: /dev/shm if a tmpfs, else the first tmpfs of SEGMENT_FALLBACKS."""
-    if procfs.fs_type(pid, "/" + SEGMENT_DIR) == "tmpfs":
+    kind = procfs.fs_type(pid, "/" + SEGMENT_DIR)
+    if kind == "tmpfs":
         return SEGMENT_DIR, ""
     for where in SEGMENT_FALLBACKS:
         if procfs.fs_type(pid, "/" + where) == "tmpfs" and os.path.isdir(
                 f"/proc/{pid}/root/{where}"):
             return where, ""
-    kind = procfs.fs_type(pid, "/" + SEGMENT_DIR) or "the root's own file system"
+    kind = kind or "the root's own file system"
     return SEGMENT_DIR, (f"the target's /{SEGMENT_DIR} is not a tmpfs ({kind}), nor is any of "
                          + ", ".join("/" + d for d in SEGMENT_FALLBACKS)
                          + ": its rings are a file on disk, which the kernel writes back and "

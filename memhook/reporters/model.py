@@ -186,7 +186,8 @@ def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> tupl
                              "frames": site_frames(cap, merged, symbolizer)})
         growing = [r for r in ranked if r["score"] > 0]
         row = {"pid": meta.get("pid"), "command": meta.get("command"),
-               "libc": meta.get("libc") or "", "duration_s": meta.get("duration_s"), "end_reason": meta.get("end_reason"),
+               "libc": meta.get("libc") or "", "duration_s": meta.get("duration_s"),
+               "end_reason": meta.get("end_reason"),
                **{k: int(t.get(k, 0)) for k in ("alloc_count", "alloc_bytes",
                                                  "outstanding_count", "outstanding_bytes",
                                                  "dropped_events")},
