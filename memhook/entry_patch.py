@@ -35,6 +35,7 @@ class EntryPlan:
     original: bytes     # the function's first MAX_ORIGINAL bytes as planned
     cell: int           # the cell's address in the area
     trampoline: bytes   # the relocated instructions and the jump back, at cell + STUB
+    aliases: tuple = ()  # other names of the same function (tcmalloc's malloc is tc_malloc)
 
     @property
     def trampoline_address(self) -> int:
@@ -142,10 +143,15 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     from .procfs import Memory, read_maps
     with open(obj.file, "rb") as f:
         found, split = _symbols(ELFFile(f), set(names))
-    by_address: dict = {}
+    by_address: dict = {}  # one patch per function, by its first name in `names`
+    aliases: dict = {}
     for name in names:
         if name in found:
-            by_address.setdefault(obj.bias + found[name][0], (name, found[name][1]))
+            at = obj.bias + found[name][0]
+            if at in by_address:
+                aliases.setdefault(at, []).append(name)
+            else:
+                by_address[at] = (name, found[name][1])
     if not by_address:
         return [], 0, 0, []
     ordered = sorted(by_address.items())[:MAX_PATCHES]
@@ -164,8 +170,10 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
                          for at, n in split.get(name, []) if n]
                 plans.append(plan(name, hook_ids[name], address, length, body, area + i * CELL,
                                   parts))
+                plans[-1].aliases = tuple(aliases.get(address, ()))
             except Refused as e:
-                refused.append((name, str(e)))
+                refused += [(n, str(e)) for n in (name, *aliases.get(address, ()))]
             except OSError as e:
-                refused.append((name, f"its code cannot be read ({e.strerror})"))
+                refused += [(n, f"its code cannot be read ({e.strerror})")
+                            for n in (name, *aliases.get(address, ()))]
     return plans, area, size, refused

@@ -12,6 +12,7 @@ class Hook:
     symbol: str  # the ELF symbol whose slots are patched
     name: str    # what reports call the operation
     kind: str    # A allocates, F frees, R reallocates, L dynamic loader
+    bit: int     # its operation's bit in a site's op mask (hook_cpp/common/operations.h)
 
 
 HOOKS = [Hook(*h) for h in _native.hooks()]
@@ -19,9 +20,14 @@ BY_ID = {h.id: h for h in HOOKS}
 BY_SYMBOL = {h.symbol: h for h in HOOKS}
 
 
+OPERATIONS = {}  # op-mask bit -> the operation's name (malloc, je_malloc: one operation)
+for _h in HOOKS:
+    OPERATIONS.setdefault(_h.bit, _h.name)
+
+
 def operation_names(mask: int) -> list[str]:
-    """The operations set in a consumer op mask (bit n = hook id n)."""
-    return [BY_ID[i].name for i in sorted(BY_ID) if mask >> i & 1]
+    """The operations set in a consumer op mask."""
+    return [OPERATIONS[b] for b in sorted(OPERATIONS) if mask >> b & 1]
 
 
 def entry_symbol(symbol: str, sample_rate: int, size_filter: bool) -> str:

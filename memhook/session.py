@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, elf, entry_patch, hooks, module_files, procfs
+from . import _native, allocators, elf, entry_patch, hooks, module_files, procfs
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -120,7 +120,7 @@ class Session:
     abandoned: bool = False  # the target unhooked itself before detach (hooks' abandon())
     libc: str = ""     # the target's libc and its version, as reports name it
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
-    entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, its Found)
+    entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, name -> Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
@@ -234,15 +234,18 @@ class Session:
                 with procfs.Memory(self.pid) as mem:
                     at = layout.hook_library_base + offset
                     kept_area = (mem.u64(at), mem.u64(at + 8))
-        for found in direct:
-            obj = next(o for o in layout.objects if o.path == found.path)
-            names = [n for n in found.names if n in hooks.BY_SYMBOL]
+        for path in dict.fromkeys(f.path for f in direct):  # (one executable: one area)
+            families = [f for f in direct if f.path == path]
+            obj = next(o for o in layout.objects if o.path == path)
+            names = [n for f in families for n in f.hooked]
             planned, at, size, refused = entry_patch.plan_object(
-                self.pid, obj, names, {n: hooks.BY_SYMBOL[n].id for n in names}, kept_area)
-            found.refused = refused
-            if planned and not plans:  # (one executable: one area)
+                self.pid, obj, names, {n: allocators.hook_of(n).id for n in names}, kept_area)
+            family_of = {n: f for f in families for n in f.hooked}
+            for name, why in refused:
+                family_of[name].refused.append((name, why))
+            if planned and not plans:
                 plans, area = planned, (at, size)
-                self.entry_plans = [(p, found) for p in planned]
+                self.entry_plans = [(p, family_of) for p in planned]
         return plans, area
 
     @staticmethod
@@ -277,12 +280,13 @@ class Session:
                             lo <= value < hi and (path, by_addr[addr].symbol) in hooked
                             for lo, hi, path in plts))]
         names = {v: k for k, v in _native.ENTRY_STATES.items()}
-        for (plan, found), state in zip(self.entry_plans, result.get("entries", [])):
-            if names.get(state) in ("patched", "kept"):
-                found.patched.append(plan.name)
-            else:
-                found.refused.append((plan.name, f"{plan.name}: " + ENTRY_REFUSALS.get(
-                    names.get(state), "?")))
+        for (plan, family_of), state in zip(self.entry_plans, result.get("entries", [])):
+            for name in (plan.name, *plan.aliases):  # (aliases may be of another family)
+                if names.get(state) in ("patched", "kept"):
+                    family_of[name].patched.append(name)
+                else:
+                    family_of[name].refused.append((name, f"{allocators.shown(name)}: " +
+                                                    ENTRY_REFUSALS.get(names.get(state), "?")))
         self.started_at = time.time()
         self.poll_loads(rescan=True)
         return result
@@ -406,9 +410,13 @@ class Session:
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),
             "slots_restored": self.restored, "pause_ms": self.pause_ms,
             "skipped_objects": self.skipped_objects,
-            "allocators": [{"module": f.path, "family": f.family, "functions": f.names,
-                            "traced": f.traced, "entry_patched": f.patched,
-                            "refused": [{"function": n, "why": w} for n, w in f.refused],
+            "allocators": [{"module": f.path, "family": f.family,
+                            "functions": [allocators.shown(n) for n in f.names],
+                            "not_hooked": [allocators.shown(n) for n in f.unhooked],
+                            "traced": f.traced,
+                            "entry_patched": [allocators.shown(n) for n in f.patched],
+                            "refused": [{"function": allocators.shown(n), "why": w}
+                                        for n, w in f.refused],
                             "note": f.line()} for f in self.allocators],
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "live_map.h"
+#include "operations.h"
 
 namespace memhook {
 
@@ -164,7 +165,7 @@ class Aggregates {
     s.alloc_count++;
     s.alloc_bytes += e.size;
     add_estimate(s.est_alloc_count, s.est_alloc_bytes, e.size);
-    s.op_mask |= uint64_t(1) << e.op;
+    s.op_mask |= operation_bit(e.op);
   }
 
   // After the last event, when frees were dropped: `says(ptr)` is what the target's address table

@@ -14,6 +14,7 @@
 #include "area_writer.h"
 #include "cfi_rows.h"
 #include "consumer.h"
+#include "operations.h"
 #include "routing.h"
 #include "segment.h"
 #include "segment_format.h"
@@ -254,7 +255,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("hooks", [] {
     std::vector<py::tuple> out;
     for (const HookInfo& h : kHooks)
-      out.push_back(py::make_tuple(h.id, h.symbol, h.name, std::string(1, h.kind)));
+      out.push_back(py::make_tuple(h.id, h.symbol, h.name, std::string(1, h.kind),
+                                   (int)kOperations.bit[h.id]));
     return out;
   });
   m.def(

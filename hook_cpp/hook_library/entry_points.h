@@ -120,32 +120,41 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     return memhook_hook_##sym args;                                    \
   }
 
-// realloc-like: record_realloc (records.h) makes the real call itself, as call_X(p, a1, a2)
-// with the arguments after the pointer.
-static void* call_realloc(void* p, uint64_t n, uint64_t) { return REAL(realloc)(p, n); }
-static void* call_reallocarray(void* p, uint64_t c, uint64_t n) { return REAL(reallocarray)(p, c, n); }
-#define AFTER_POINTER(p, a1, a2, ...) a1, a2
-#define CALL_ARGS(...) AFTER_POINTER(__VA_ARGS__, 0)
-
+// realloc-like: record_realloc (records.h) makes the real call. Its guard is held across the
+// call even when nothing is recorded: musl's realloc, __rust_realloc and an allocator's own
+// API may reach another hooked function, and that call is part of this one.
 #define REALLOC(id, sym, name, params, args, size_expr)                \
   extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
     PASS_THROUGH(sym, args)                                            \
     uint64_t size = (size_expr);                                       \
     bool track_old = p && (!g_sample_rate || sampled_live((uint64_t)p)); \
     bool track_new = !g_selective || chosen(t, size);                  \
-    if (!track_old && !track_new) {                                    \
-      if (!LIBC_NESTS) return REAL(sym) args;                          \
-      t.in_hook = 1; /* musl: its inner malloc and free are this call */ \
-      void* result = REAL(sym) args;                                   \
-      t.in_hook = 0;                                                   \
-      return result;                                                   \
-    }                                                                  \
-    t.in_hook = 1;                                                     \
-    void* result = record_realloc(t, ID_##sym, p, size, track_old, track_new, \
-                                  (void**)__builtin_frame_address(0), call_##sym, \
-                                  CALL_ARGS(UNPAREN args));            \
-    t.in_hook = 0;                                                     \
-    return result;                                                     \
+    Guard guard(t);                                                    \
+    if (!track_old && !track_new) return REAL(sym) args;               \
+    return record_realloc(t, ID_##sym, p, size, track_old, track_new,  \
+                          (void**)__builtin_frame_address(0),          \
+                          [&]() -> void* { return REAL(sym) args; });  \
+  }
+
+// In-place resize (jemalloc's xallocx): the block keeps its address. One that grew or shrank
+// to at least the size asked for is recorded as a realloc to itself, of that size (up to
+// size + extra, as the call got); one that could not is left as it was (a record of nothing).
+#define RESIZE(id, sym, name, params, args, size_expr, extra_expr)     \
+  extern "C" __attribute__((visibility("default"))) size_t memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    const uint64_t want = (size_expr), extra_bytes = (extra_expr);     \
+    Guard guard(t);                                                    \
+    if (!p || (g_sample_rate && !sampled_live((uint64_t)p))) return REAL(sym) args; \
+    size_t got = 0;                                                    \
+    uint64_t size = want;                                              \
+    record_realloc(t, ID_##sym, p, size, true, true, (void**)__builtin_frame_address(0), \
+                   [&]() -> void* {                                    \
+                     got = REAL(sym) args;                             \
+                     if (got < want) return nullptr;                   \
+                     size = got < want + extra_bytes ? got : want + extra_bytes; \
+                     return p;                                         \
+                   });                                                 \
+    return got;                                                        \
   }
 
 #define LOADER(...)  // below, by hand
@@ -190,6 +199,7 @@ const HookEntries kHookEntries[] = {
   {id, 'A', {(void*)&memhook_hook_##sym, (void*)&memhook_filter_##sym, (void*)&memhook_sample_##sym}},
 #define FREE(id, sym, ...) {id, 'F', {(void*)&memhook_hook_##sym, nullptr, (void*)&memhook_sample_##sym}},
 #define REALLOC(id, sym, ...) {id, 'R', {(void*)&memhook_hook_##sym}},
+#define RESIZE(id, sym, ...) {id, 'R', {(void*)&memhook_hook_##sym}},
 #define LOADER(id, sym, ...) {id, 'L', {(void*)&memhook_hook_##sym}},
 #include "hooks.def"
 };

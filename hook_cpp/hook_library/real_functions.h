@@ -14,6 +14,7 @@ enum HookId : int {
 #define FREE(id, sym, name, params, args) using real_##sym##_t = void(*) params;
 #define REALLOC(id, sym, name, params, args, size) using real_##sym##_t = void*(*) params;
 #define LOADER(id, sym, name, ret, params, args) using real_##sym##_t = ret(*) params;
+#define RESIZE(id, sym, name, params, ...) using real_##sym##_t = size_t(*) params;
 #include "hooks.def"
 
 // Each hook's ELF symbol, by id.

@@ -120,22 +120,22 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
 
 // A realloc no record is written for: `old` is marked freed in the address table before the
 // call (another thread may get the block back once it starts) and live again if it failed.
-static void* realloc_unrecorded(void* old, uint64_t size, bool track_old,
-                                void* (*call)(void*, uint64_t, uint64_t), uint64_t a1,
-                                uint64_t a2) {
+template <class Call>
+void* realloc_unrecorded(void* old, uint64_t size, bool track_old, Call call) {
   if (track_old) table_set_live((uint64_t)old, false);
-  void* p = call(old, a1, a2);
+  void* p = call();
   if (track_old && !p && size) table_set_live((uint64_t)old, true);
   return p;
 }
 
 // realloc-like: `old` stops being ours when the call starts, the result is ours when it returns,
 // so the record is reserved and `old` entered in the table before the call, and published after.
-// Always one counted event: the dependency written for `old` names it.
-static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bool track_old,
-                            bool track_new, void** fp,
-                            void* (*call)(void*, uint64_t, uint64_t), uint64_t a1, uint64_t a2) {
-  if (!event_ring(t, track_old)) return realloc_unrecorded(old, size, track_old, call, a1, a2);
+// Always one counted event: the dependency written for `old` names it. `call` makes the real
+// call; it may set `size` (an in-place resize learns the size it got from the call).
+template <class Call>
+void* record_realloc(ThreadState& t, int op, void* old, uint64_t& size, bool track_old,
+                     bool track_new, void** fp, Call call) {
+  if (!event_ring(t, track_old)) return realloc_unrecorded(old, size, track_old, call);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
   uint64_t w;
@@ -144,7 +144,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
     // recorded all the same in a free's room, unless even that is full.
     if (!track_old || !reserve(t, 16, &w, true)) {
       track_old ? drop_free(r) : drop(r);
-      void* p = realloc_unrecorded(old, size, track_old, call, a1, a2);
+      void* p = realloc_unrecorded(old, size, track_old, call);
       end_busy(r);
       return p;
     }
@@ -153,7 +153,7 @@ static void* record_realloc(ThreadState& t, int op, void* old, uint64_t size, bo
   }
   uint64_t* at = record_at(t, w);
   uint64_t dep_old = track_old ? table_swap(t, (uint64_t)old, 0, w) : 0;
-  void* p = call(old, a1, a2);
+  void* p = call();
   // Failure leaves `old` untouched (still live); a zero size frees it, as glibc does.
   bool old_freed = track_old && (p || size == 0);
   if (track_old && !old_freed) table_swap(t, (uint64_t)old, kLive, w);

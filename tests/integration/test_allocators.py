@@ -16,7 +16,9 @@ from test_whole_stacks import gdb_stack, memhook_stacks
 
 JEMALLOC_A = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.a")
 LEAKS = {"leak_malloc": (1000, 10, ["malloc"]), "leak_calloc": (999, 1, ["calloc"]),
-         "leak_realloc": (2002, 1, ["realloc"]), "leak_memalign": (3003, 1, ["posix_memalign"])}
+         "leak_realloc": (2002, 1, ["realloc"]), "leak_memalign": (3003, 1, ["posix_memalign"]),
+         "leak_mallocx": (200, 1, ["mallocx"]), "leak_rallocx": (4004, 1, ["rallocx"]),
+         "leak_xallocx": (900, 1, ["xallocx"])}
 
 
 @pytest.fixture
@@ -61,9 +63,10 @@ def entry_bytes(pid: int, exe: Path, name: str, n: int = 16) -> tuple:
 
 
 def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets):
-    """jemalloc linked into the executable: its malloc, calloc, realloc, posix_memalign and free
-    are entry-patched, every call exact with gdb's stack; jemalloc's own API is said not
-    traced; detach puts every entry back as the file has it, and the target runs on."""
+    """jemalloc linked into the executable: its malloc, calloc, realloc, posix_memalign and free,
+    and its own API (mallocx, rallocx, xallocx, sdallocx, dallocx) are entry-patched, every
+    call exact with gdb's stack (xallocx's in-place resize included); detach puts every entry
+    back as the file has it, and the target runs on."""
     exe = linked_jemalloc
     target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
     mh = Memhook(target.pid, tmp_path)
@@ -72,18 +75,25 @@ def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets
     target.command("churn")
     report = mh.stop()
     said = [line for line in mh.stderr.splitlines() if str(exe) in line]
-    assert any("entry-patched" in line and "malloc" in line and "free" in line
+    assert any("malloc family" in line and "entry-patched (malloc, calloc, realloc" in line
                for line in said), mh.stderr
-    assert any("jemalloc's API" in line and "not traced" in line for line in said), mh.stderr
+    patched = {a["family"].split()[0]: set(a["entry_patched"]) for a in report["allocators"]}
+    assert {"malloc", "calloc", "realloc", "posix_memalign", "free"} <= patched["the"]
+    assert any("jemalloc's API" in line and "entry-patched (mallocx, rallocx, xallocx, "
+               "sdallocx, dallocx)" in line for line in said), mh.stderr
     assert_exact(report)
     churn = next(s for s in report["sites"] if s["frames"][0]["function"] == "churn")
     assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (100, 100, 0)
+    api = [s for s in report["sites"] if s["frames"][0]["function"] == "churn_api"]
+    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"], s["operations"])
+                  for s in api) == [(100, 100, 0, ["mallocx"])] * 2, api
     assert report["totals"]["unknown_free_count"] == 0
-    for name in ("malloc", "calloc", "realloc", "free", "posix_memalign"):
+    for name in ("malloc", "calloc", "realloc", "free", "posix_memalign", "mallocx", "rallocx",
+                 "xallocx", "sdallocx", "dallocx"):
         now, in_file = entry_bytes(target.pid, exe, name)
         assert now == in_file, name  # put back
     traced = {a["family"].split()[0]: a["traced"] for a in report["allocators"]}
-    assert traced == {"the": "yes", "jemalloc's": "no"}, report["allocators"]
+    assert traced == {"the": "yes", "jemalloc's": "yes"}, report["allocators"]
     want = gdb_stack(exe, ["leak"], "leak_malloc", "malloc")
     assert [n for _, n in want] == ["leak_malloc", "main"], want
     assert any(a == [w for w, _ in want] for a, _, _ in memhook_stacks(report)), want

@@ -4,8 +4,9 @@
  *   leak    10 x malloc(100), calloc(3, 333), realloc of a malloc(10) to 2002, posix_memalign
  *           (64) 3003, each from its own function; strdup of 299 characters through a function
  *           pointer (libc's strdup calls this executable's malloc through libc's own slot);
- *           mallocx(200), jemalloc's own API
- *   churn   100 malloc(555)/free pairs
+ *           jemalloc's own API: mallocx(200); rallocx of a mallocx(20) to 4004; xallocx of a
+ *           mallocx(1000) to 600 with 300 extra (in place: its size class holds 900)
+ *   churn   100 malloc(555)/free pairs; 100 mallocx(555)/sdallocx and 100 mallocx(777)/dallocx
  * With the argument "threads", 8 threads call malloc and free in pairs all along, pausing 50 us
  * every 20 pairs. */
 #include <pthread.h>
@@ -31,8 +32,17 @@ NOINLINE static void leak_strdup(void) {
   keep(duplicate(text));
 }
 NOINLINE static void leak_mallocx(void) { keep(mallocx(200, 0)); }
+NOINLINE static void leak_rallocx(void) { keep(rallocx(memset(mallocx(20, 0), 1, 20), 4004, 0)); }
+NOINLINE static void leak_xallocx(void) {
+  void* p = mallocx(1000, 0);
+  if (xallocx(p, 600, 300, 0) >= 900) keep(p);
+}
 NOINLINE static void churn(void) {
   for (int i = 0; i < 100; i++) free(memset(malloc(555), 1, 555));
+}
+NOINLINE static void churn_api(void) {
+  for (int i = 0; i < 100; i++) sdallocx(memset(mallocx(555, 0), 1, 555), 555, 0);
+  for (int i = 0; i < 100; i++) dallocx(memset(mallocx(777, 0), 1, 777), 0);
 }
 
 static void* pairs(void* arg) {
@@ -59,8 +69,11 @@ int main(int argc, char** argv) {
       leak_memalign();
       leak_strdup();
       leak_mallocx();
+      leak_rallocx();
+      leak_xallocx();
     } else if (!strcmp(cmd, "churn")) {
       churn();
+      churn_api();
     }
     harness_done();
   }
