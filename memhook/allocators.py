@@ -29,7 +29,9 @@ FAMILIES = [
     # (family, names, pattern), matched in this order; a name counts once
     ("the malloc family and operator new/delete", STANDARD, None),
     ("jemalloc's API", JEMALLOC | {"je_" + n for n in STANDARD | JEMALLOC if not n[:2] == "_Z"},
-     re.compile(rb"_rjem_[a-z_]+")),  # tikv-jemallocator's prefix
+     # tikv-jemallocator's prefix (its _rjem_je_* are jemalloc's insides, not its API)
+     re.compile(rb"_rjem_(?:malloc|calloc|realloc|free|posix_memalign|aligned_alloc|memalign|"
+                rb"valloc|pvalloc|mallocx|rallocx|xallocx|sdallocx|dallocx)")),
     ("tcmalloc's tc_* API", set(), re.compile(rb"tc_(?:malloc|calloc|realloc|free|cfree|new|"
                                               rb"delete|memalign|posix_memalign|valloc|pvalloc)"
                                               rb"[a-z_]*")),

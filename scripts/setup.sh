@@ -17,8 +17,12 @@ pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
-# For the tests of allocators linked into the executable: jemalloc's static library.
+# For the tests of allocators besides glibc's: jemalloc's and tcmalloc's static libraries,
+# mimalloc's shared one, and cargo for the Rust targets.
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.a ] || missing+=(libjemalloc-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a ] || missing+=(libgoogle-perftools-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so ] || missing+=(libmimalloc-dev)
+command -v cargo >/dev/null || missing+=(cargo)
 # For the tests of other glibcs: Debian root file systems (scripts/roots.sh).
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 # For the test of the HTML report as a browser shows it.
@@ -55,6 +59,13 @@ fi
 # once (under a minute each here) and cached in /var/cache/memhook-roots.
 if [ "${1:-}" = --tests ]; then
   as_root scripts/roots.sh
+fi
+# For the Rust tests (tests/integration/test_allocators.py): tests/targets/rust_leaks built once
+# (its crates fetched from crates.io, about a minute), kept in /var/cache/memhook-rust.
+if [ "${1:-}" = --tests ]; then
+  echo "setup: building the Rust test targets"
+  CARGO_TARGET_DIR=/var/cache/memhook-rust/target cargo build -q --release --locked \
+    --manifest-path tests/targets/rust_leaks/Cargo.toml
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q ".[test]"

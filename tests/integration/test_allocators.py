@@ -176,3 +176,147 @@ def test_threads_through_200_attach_detach_cycles(tmp_path, linked_jemalloc, tar
                  and s["operations"] == operations)
         assert (s["outstanding_bytes"], s["outstanding_count"]) == (size, count), s
     assert target.finish() == 0
+
+
+def require(path: Path, package: str) -> None:
+    if not path.exists():
+        message = f"{package} is not installed (scripts/setup.sh installs it)"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def held_by(report: dict, function: str) -> list:
+    """(outstanding bytes, operations) of each site whose first frame is `function` and which
+    holds something."""
+    return sorted((s["outstanding_bytes"], s["operations"]) for s in report["sites"]
+                  if s["frames"][0]["function"] == function and s["outstanding_bytes"])
+
+
+def test_linked_tcmalloc_exact(tmp_path, targets):
+    """tcmalloc linked into the executable: malloc and operator new are tcmalloc's, and tc_* are
+    the same functions under second names: each function is patched once, and calls by either
+    name are exact; sized delete and tc_free included. Detach puts the entries back."""
+    lib = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a")
+    require(lib, "libgoogle-perftools-dev")
+    exe = build(tmp_path, "tcmalloc_leaks.cpp", libs=[str(lib)])
+    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    mh = Memhook(target.pid, tmp_path)
+    target.command("leak")
+    target.command("churn")
+    report = mh.stop()
+    # (tcmalloc's memalign is its aligned_alloc, and operator new[] its operator new)
+    want = {"leak_malloc": [(1000, ["malloc"])], "leak_tc_malloc": [(2000, ["malloc"])],
+            "leak_tc_calloc": [(300, ["calloc"])], "leak_tc_realloc": [(3000, ["realloc"])],
+            "leak_tc_memalign": [(4000, ["aligned_alloc"])],
+            "leak_new": [(5000, ["operator new"])], "leak_tc_new": [(6000, ["operator new"])]}
+    assert {f: held_by(report, f) for f in want} == want, mh.stderr
+    churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
+    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
+        == [(100, 100, 0)] * 3, churn
+    assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
+    assert report["totals"]["unknown_free_count"] == 0
+    families = {a["family"].split()[0]: a for a in report["allocators"]}
+    assert {"tc_malloc", "tc_new", "tc_free", "tc_delete_sized"} <= set(
+        families["tcmalloc's"]["entry_patched"])
+    assert "tc_malloc_skip_new_handler" in families["tcmalloc's"]["not_hooked"]
+    for name in ("malloc", "free", "tc_new", "tc_delete_sized", "tc_realloc"):
+        now, in_file = entry_bytes(target.pid, exe, name)
+        assert now == in_file, name
+    want_stack = gdb_stack(exe, ["leak"], "leak_tc_new", "tc_new")
+    assert any(a == [w for w, _ in want_stack] for a, _, _ in memhook_stacks(report)), want_stack
+    assert target.finish() == 0
+
+
+def test_shared_mimalloc_api_exact(tmp_path, targets):
+    """The shared libmimalloc through its mi_* API (GOT slots), its malloc in place of glibc's:
+    exact per site; mi_free and mi_free_size balance the churn; mi_strdup, which memhook has no
+    hook for, is named as not traced."""
+    require(Path("/usr/lib/x86_64-linux-gnu/libmimalloc.so"), "libmimalloc-dev")
+    exe = build(tmp_path, "mimalloc_leaks.c", libs=["-lmimalloc"])
+    target = targets(exe)
+    mh = Memhook(target.pid, tmp_path)
+    target.command("leak")
+    target.command("churn")
+    report = mh.stop()
+    want = {"leak_mi_malloc": [(1000, ["malloc"])], "leak_mi_calloc": [(300, ["calloc"])],
+            "leak_mi_realloc": [(3000, ["realloc"])], "leak_mi_zalloc": [(500, ["zalloc"])],
+            "leak_mi_aligned": [(4000, ["malloc(align)"])], "leak_malloc": [(700, ["malloc"])]}
+    assert {f: held_by(report, f) for f in want} == want, mh.stderr
+    churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
+    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
+        == [(100, 100, 0)] * 2, churn
+    assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
+    mi = next(a for a in report["allocators"] if a["family"].startswith("mimalloc"))
+    assert mi["traced"] == "partly" and "mi_strdup" in mi["not_hooked"], mi
+    assert any("mimalloc's mi_* API" in line and "traced through slots" in line
+               and "no hook for" in line for line in mh.stderr.splitlines()), mh.stderr
+    assert target.finish() == 0
+
+
+RUST_CRATE = Path(__file__).parents[1] / "targets" / "rust_leaks"
+RUST_TARGET_DIR = Path("/var/cache/memhook-rust/target")  # (scripts/setup.sh --tests fills it)
+
+
+@pytest.fixture(scope="module")
+def rust_programs() -> Path:
+    """tests/targets/rust_leaks built (offline: scripts/setup.sh --tests fetched its crates)."""
+    import subprocess
+    try:
+        proc = subprocess.run(["cargo", "build", "-q", "--release", "--offline", "--locked",
+                               "--manifest-path", str(RUST_CRATE / "Cargo.toml")],
+                              env={**os.environ, "CARGO_TARGET_DIR": str(RUST_TARGET_DIR)},
+                              capture_output=True, text=True, timeout=600)
+        why = "" if proc.returncode == 0 else proc.stderr[-1500:]
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    if why:
+        message = f"the Rust test targets do not build (scripts/setup.sh --tests): {why}"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return RUST_TARGET_DIR / "release"
+
+
+@pytest.mark.parametrize("program, hooked", [
+    ("rust_system", "malloc"),          # std's System under a counting wrapper: glibc's malloc
+    ("rust_jemalloc", "_rjem_malloc"),  # tikv-jemallocator, linked in: entry patches
+    ("rust_default", "malloc"),         # no #[global_allocator]: __rust_alloc, then malloc
+])
+def test_rust_allocations_exact_and_named(tmp_path, rust_programs, targets, program, hooked):
+    """A Rust program's Vec, Box, String, Vec growth and HashMap growth: the bytes each leak
+    holds are what the program counted (a counting global allocator; the default one reports
+    what it knows), Rust's shims are entry-patched, frames are named as gdb names them and the
+    stack of a leak is gdb's backtrace from that function out."""
+    exe = rust_programs / program
+    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    mh = Memhook(target.pid, tmp_path)
+    leaked = dict(kv.split("=") for kv in target.ask("leak", "leaked").split()[1:])
+    target.command("churn")
+    report = mh.stop()
+    assert any("Rust's allocator defined in" in line and "entry-patched (__rust_alloc" in line
+               for line in mh.stderr.splitlines()), mh.stderr
+    stacks = memhook_stacks(report)
+    counted = {f: int(n) for f, n in leaked.items() if n != "?"}
+    assert len(counted) >= 4, leaked
+    held = {f: sum(s["outstanding_bytes"] for _, names, s in stacks
+                   if f"{program}::common::{f}" in names) for f in counted}
+    assert held == counted, mh.stderr
+    churn = [s for _, names, s in stacks if f"{program}::common::churn" in names]
+    assert (sum(s["alloc_count"] for s in churn), sum(s["free_count"] for s in churn),
+            sum(s["outstanding_bytes"] for s in churn)) == (100, 100, 0), churn
+    # (gdb finds the function by its last name: line tables alone give it no crate path)
+    want = gdb_stack(exe, ["leak"], "leak_vec", hooked)
+    at = next(i for i, (_, name) in enumerate(want) if name.endswith("leak_vec"))
+    want = want[at:]  # (gdb's first frames are inside the allocator, below the outer call)
+    ours = [(addrs, names) for addrs, names, _ in stacks
+            if addrs[:1] == [want[0][0]] and f"{program}::common::leak_vec" in names]
+    assert ours and ours[0][0] == [pc for pc, _ in want], (ours, want)
+    assert ours[0][1][0] == f"{program}::common::leak_vec", ours[0][1]
+    # Every frame as gdb names it, and with its crate path where gdb's line tables give none
+    # (gdb's names are DWARF's, with generic arguments, or the symbol's, hash left in).
+    import re
+    plain = [re.sub(r"::h[0-9a-f]{16}$", "", re.sub(r"<.*>$", "", w)) for _, w in want]
+    assert all(o == w or o.endswith("::" + w) for o, w in zip(ours[0][1], plain)), (
+        ours[0][1], want)
+    assert target.finish() == 0
