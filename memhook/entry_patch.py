@@ -117,7 +117,8 @@ def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
 
 def _symbols(elf, names: set) -> tuple:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
-    else the dynamic one; and name -> [(address, size)] of their split-off `name.cold` parts."""
+    else the dynamic one, sized by .eh_frame where the symbol has no size; and name ->
+    [(address, size)] of their split-off `name.cold` parts."""
     out, parts = {}, {}
     for sec_name in (".symtab", ".dynsym"):
         sec = elf.get_section_by_name(sec_name)
@@ -131,7 +132,26 @@ def _symbols(elf, names: set) -> tuple:
             base, dot, rest = sym.name.partition(".")
             if dot and base in names and rest.startswith("cold") and sec_name == ".symtab":
                 parts.setdefault(base, []).append((sym["st_value"], sym["st_size"]))
+    unsized = {at for at, size in out.values() if not size}
+    if unsized:  # (hand-written assembly often says no size: its call-frame entry does)
+        fde = _fde_sizes(elf, unsized)
+        out = {n: (at, size or fde.get(at, 0)) for n, (at, size) in out.items()}
     return out, parts
+
+
+def _fde_sizes(elf, addresses: set) -> dict:
+    """Link-time address -> bytes covered, of the .eh_frame entries that start at `addresses`."""
+    from elftools.common.exceptions import DWARFError, ELFError
+    from elftools.dwarf.callframe import FDE
+    try:
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False, follow_links=False)
+        if not dwarf.has_EH_CFI():
+            return {}
+        return {e.header["initial_location"]: e.header["address_range"]
+                for e in dwarf.EH_CFI_entries()
+                if isinstance(e, FDE) and e.header["initial_location"] in addresses}
+    except (DWARFError, ELFError, KeyError, ValueError, TypeError):
+        return {}
 
 
 def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (0, 0)) -> tuple:

@@ -196,7 +196,8 @@ def held_by(report: dict, function: str) -> list:
 def test_linked_tcmalloc_exact(tmp_path, targets):
     """tcmalloc linked into the executable: malloc and operator new are tcmalloc's, and tc_* are
     the same functions under second names: each function is patched once, and calls by either
-    name are exact; sized delete and tc_free included. Detach puts the entries back."""
+    name are exact; tc_free, tc_free_sized and sized delete included. Detach puts the entries
+    back."""
     lib = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a")
     require(lib, "libgoogle-perftools-dev")
     exe = build(tmp_path, "tcmalloc_leaks.cpp", libs=[str(lib)])
@@ -213,11 +214,11 @@ def test_linked_tcmalloc_exact(tmp_path, targets):
     assert {f: held_by(report, f) for f in want} == want, mh.stderr
     churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
     assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
-        == [(100, 100, 0)] * 3, churn
+        == [(100, 100, 0)] * 4, churn
     assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
     assert report["totals"]["unknown_free_count"] == 0
     families = {a["family"].split()[0]: a for a in report["allocators"]}
-    assert {"tc_malloc", "tc_new", "tc_free", "tc_delete_sized"} <= set(
+    assert {"tc_malloc", "tc_new", "tc_free", "tc_delete_sized", "tc_free_sized"} <= set(
         families["tcmalloc's"]["entry_patched"])
     assert "tc_malloc_skip_new_handler" in families["tcmalloc's"]["not_hooked"]
     for name in ("malloc", "free", "tc_new", "tc_delete_sized", "tc_realloc"):

@@ -3,7 +3,8 @@
  * (the same functions under a second name). Commands:
  *   leak    malloc(1000), tc_malloc(2000), tc_calloc(3, 100), tc_realloc of a tc_malloc(10) to
  *           3000, tc_memalign(64, 4000), new char[5000], tc_new(6000), each from its own function
- *   churn   100 tc_malloc(555)/tc_free, 100 tc_new(777)/tc_delete_sized, 100 new int/delete */
+ *   churn   100 tc_malloc(555)/tc_free, 100 tc_new(777)/tc_delete_sized, 100 new int/delete,
+ *           100 tc_malloc(333)/tc_free_sized */
 #include <gperftools/tcmalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ NOINLINE void churn() {
   for (int i = 0; i < 100; i++) tc_free(memset(tc_malloc(555), 1, 555));
   for (int i = 0; i < 100; i++) tc_delete_sized(memset(tc_new(777), 1, 777), 777);
   for (int i = 0; i < 100; i++) delete new volatile int(i);
+  for (int i = 0; i < 100; i++) tc_free_sized(memset(tc_malloc(333), 1, 333), 333);
 }
 }
 

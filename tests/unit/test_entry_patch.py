@@ -105,3 +105,20 @@ def test_area_within_reach_of_every_function():
     at = entry_patch.area_address(maps, [0x5555_0000_1000], 4096)
     assert at == 0x5555_0020_0000  # the gap right above the executable
     assert entry_patch.area_address(maps[:1], [0x5555_0000_1000], 4096) == 0
+
+
+def test_a_function_without_a_size_is_scanned_as_far_as_its_call_frame_entry(tmp_path):
+    """An assembly function that declares no size: the branch scan covers what its .eh_frame
+    entry covers, so a loop back into the patched bytes from beyond the first 32 is refused."""
+    so = tmp_path / "shapes.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", str(NATIVE / "entry_shapes.S"), "-o",
+                    str(so)], check=True)
+    with open(so, "rb") as f:
+        elf = ELFFile(f)
+        found, _ = entry_patch._symbols(elf, {"unsized_loops_back"})
+        address, size = found["unsized_loops_back"]
+        assert size == 2 + 40 + 3 + 2 + 1  # nops, fill, dec, jnz rel8, ret
+        text = elf.get_section_by_name(".text")
+        body = text.data()[address - text["sh_addr"]:][:size]
+    with pytest.raises(entry_patch.Refused, match="lands inside"):
+        entry_patch.plan("unsized_loops_back", 1, address, size, body, address + FAR)

@@ -29,6 +29,19 @@ loops_to_its_start:          // a branch back to +2, inside the first five bytes
   ret
   .size loops_to_its_start, .-loops_to_its_start
 
+  .globl unsized_loops_back
+  .type unsized_loops_back, @function
+unsized_loops_back:          // no .size: its call-frame entry says how long it is; its loop
+  .cfi_startproc             // branches back to +2 from beyond the 32 bytes read without one
+  nop
+  nop
+1:
+  .fill 40, 1, 0x90
+  dec %rdi
+  jnz 1b
+  ret
+  .cfi_endproc
+
   .globl tiny
   .type tiny, @function
 tiny:                        // three bytes
