@@ -38,6 +38,7 @@ def main():
         targets[name] = Target(str(exe))
     run = f"run 16 {a.count} {a.rounds} 0"
     ratio = {n: [] for n in targets}
+    ns = {n: ([], []) for n in targets}  # (unprofiled, attached) ns per call
     attach = {n: [] for n in targets}
     dropped = {n: 0 for n in targets}
     for _ in range(a.cycles):
@@ -48,14 +49,17 @@ def main():
             mh.stop()
             dropped[name] += mh.dropped["events"]
             ratio[name].append(hooked / bare)
+            ns[name][0].append(bare)
+            ns[name][1].append(hooked)
             attach[name].append(mh.attach_ms)
     for t in targets.values():
         assert t.close() == 0
-    print(f"{'malloc reached by':<30} {'16 B ratio (range)':>20} {'attach ms (range)':>20} "
-          f"{'dropped':>9}")
+    print(f"{'malloc reached by':<30} {'16 B ratio (range)':>20} {'ns bare':>8} "
+          f"{'ns traced':>10} {'attach ms (range)':>20} {'dropped':>9}")
     for name in targets:
-        print(f"{name:<30} {spread(ratio[name], 'x'):>20} {spread(attach[name], '', 1):>20} "
-              f"{dropped[name]:>9}")
+        bare, hooked = (sorted(v)[len(v) // 2] for v in ns[name])
+        print(f"{name:<30} {spread(ratio[name], 'x'):>20} {bare:>8.1f} {hooked:>10.1f} "
+              f"{spread(attach[name], '', 1):>20} {dropped[name]:>9}")
     names = list(targets)
     print("entry / GOT, per cycle: " + spread(
         [e / g for e, g in zip(ratio[names[1]], ratio[names[0]])], "x"))

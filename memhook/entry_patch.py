@@ -6,19 +6,23 @@ Planned here, while the target runs, from its own memory: the function's first i
 (at least the 5 bytes of a `jmp rel32`) are decoded and relocated to the trampoline's address by
 iced-x86's BlockEncoder, which fixes RIP-relative operands and branches; the function's body,
 sized by its symbol, is decoded whole, and one whose own branches land inside the patched bytes
-is refused. Each function gets a 64-byte cell in an area within +-2 GiB of it: a stub that jumps
-to the hook's absolute address (the hook library writes it: it knows its own addresses), then
-the trampoline, which ends with a jump back to the first instruction not moved.
+is refused. Each function gets a 128-byte cell in an area within +-2 GiB of it: stubs the hook
+library writes (it knows its own addresses: a jump to the hook, and in sampling sessions malloc's
+and free's sample entries), then the trampoline, which ends with a jump back to the first
+instruction not moved.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-JMP_LEN = 5           # E9 rel32: what the entry becomes
-CELL = 64             # bytes per patched function in the area
-STUB = 16             # the cell's first bytes: FF 25 00000000 <hook address>, then int3 padding
-MAX_ORIGINAL = 32     # bytes of the function's start the plan keeps (to check and to restore)
-MAX_PATCHES = 64      # functions per target (hook_cpp/common/segment.h kMaxEntries)
+from . import _native
+
+JMP_LEN = 5                        # E9 rel32: what the entry becomes
+CELL = _native.ENTRY_CELL          # bytes per patched function in the area (segment.h)
+STUB = _native.ENTRY_STUB          # the cell's stubs (the hook library writes them), then the
+                                   # trampoline
+MAX_ORIGINAL = _native.ENTRY_ORIGINAL  # bytes of the function's start the plan keeps
+MAX_PATCHES = _native.MAX_ENTRIES  # functions per target
 NEAR = 1 << 31
 
 

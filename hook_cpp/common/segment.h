@@ -59,7 +59,10 @@ struct PatchedSlot {
 // plans it (entry_patch.py: the bytes its jump replaces, the relocated trampoline for its cell)
 // and the hook library writes it with every thread stopped (hook_library/entry_patches.h).
 constexpr int kMaxEntries = 64;
-constexpr int kEntryCell = 64, kEntryStub = 16, kEntryOriginal = 32;
+// A cell: the stub to the hook (16 bytes), sampling sessions' inline sample entry (free's from
+// kEntrySampler, malloc's just before the trampoline, into which it falls through), then from
+// kEntryStub the trampoline.
+constexpr int kEntryCell = 128, kEntryStub = 64, kEntrySampler = 16, kEntryOriginal = 32;
 enum EntryState : uint16_t {
   kEntryEmpty = 0, kEntryPlanned = 1, kEntryPatched = 2, kEntryChanged = 3, kEntryRefused = 4,
   kEntryRestored = 5, kEntryKept = 6

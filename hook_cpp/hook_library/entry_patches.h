@@ -3,14 +3,17 @@
 // instructions), the GDB agent refuses those a stopped thread is inside, and calls
 // memhook_patch_entries() with GDB's scheduler locked (no other thread runs during the call:
 // code is rewritten under no thread; the call takes no lock a stopped thread could hold), which
-// writes the rest here: the cells in an area near the executable (a
-// stub jumping to the hook, then the trampoline), the hook's real function set to the
-// trampoline, then the jump over the function's first bytes. Detach puts the bytes back; the
+// writes the rest here: the cells in an area near the executable (a stub jumping to the hook,
+// in sampling sessions malloc's and free's sample entries inline, then the trampoline), the
+// hook's real function set to the trampoline, then the jump over the function's first bytes
+// (the machine code: arch/x86_64/cell_code.h). Detach puts the bytes back; the
 // area is never unmapped (a thread may be inside a trampoline), and a later session reuses the
 // patches an earlier one left (abandon cannot restore code while threads run).
 #pragma once
 
 #include <sys/prctl.h>
+
+#include "cell_code.h"
 
 #ifndef PR_SET_VMA
 #define PR_SET_VMA 0x53564d41  // Linux 5.17: name an anonymous mapping
@@ -22,9 +25,9 @@ namespace {
 // Kept by the library across sessions: what it patched, so that detach restores it and a later
 // session neither patches it again nor points its real function at the patched entry.
 struct ActiveEntry {
-  uint64_t addr, trampoline;
+  uint64_t addr, target, trampoline;  // target: where its jump goes (a stub of its cell)
   uint32_t hook_id;
-  uint8_t original[5];  // what the jump replaced
+  uint8_t original[arch::kJumpBytes];  // what the jump replaced
 };
 ActiveEntry g_entries[kMaxEntries];
 uint32_t g_nentries;
@@ -35,6 +38,9 @@ uint64_t g_area_bytes;
 // /proc/PID/maps): address and bytes.
 extern "C" __attribute__((visibility("default"))) uint64_t memhook_entry_area[2];
 uint64_t memhook_entry_area[2];
+// Where the library's sample entries go on to (entry_points.h), for the cells' inline ones.
+extern "C" void* memhook_filter_malloc(size_t);
+extern "C" void memhook_hook_free(void*);
 namespace {
 
 bool entry_active(int hook_id) {
@@ -79,9 +85,36 @@ uint8_t* map_area(const Control* c) {
   return g_area;
 }
 
+// Where a patched entry jumps this session, the cell's stubs written for it. The stub jumps to
+// the hook's entry (routing.h's choice); in a sampling session, malloc and free get their
+// sample entry written into the cell itself (an unsampled call then costs two direct jumps and
+// a subtraction, not a trip through the hook library: benchmarks/entry_patch.py), and the stub
+// jumps to what that entry goes on to. glibc's build only: the countdown must sit at one %fs
+// offset in every thread (initial-exec TLS; musl's dlopen gives each thread its own block).
+uint64_t write_stubs(uint8_t* cell, uint32_t hook_id) {
+  void* hook = g_hook_fn[hook_id];
+  uint8_t* const trampoline = cell + kEntryStub;
+  memset(cell, 0xcc, kEntryStub);
+  uint8_t* target = cell;
+#ifndef MEMHOOK_MUSL
+  const intptr_t left = (intptr_t)&t_state.sample_left - arch::thread_pointer();
+  if (g_sample_rate && hook_id == ID_malloc && left == (int32_t)left) {
+    hook = (void*)&memhook_filter_malloc;
+    target = arch::sample_malloc(trampoline, (int32_t)left, cell);
+  } else if (g_sample_rate && hook_id == ID_free) {
+    hook = (void*)&memhook_hook_free;
+    target = cell + kEntrySampler;
+    arch::sample_free(target, g_sampled, cell, trampoline);
+  }
+#endif
+  arch::jump_abs(cell, hook);
+  return (uint64_t)target;
+}
+
 // memhook's plan, every other thread held. Each entry ends kEntryPatched (and its hook's real
-// function is its trampoline), kEntryKept (an earlier session's patch, still in place),
-// kEntryChanged (its bytes are not those planned, or no area), or stays kEntryRefused.
+// function is its trampoline), kEntryKept (an earlier session's patch, still in place, its
+// stubs written for this session), kEntryChanged (its bytes are not those planned, or no
+// area), or stays kEntryRefused.
 __attribute__((noinline)) void patch_entries(Control* c) {
   const uint32_t n = min_of<uint32_t>(c->nentries, kMaxEntries);
   if (!n) return;
@@ -91,33 +124,40 @@ __attribute__((noinline)) void patch_entries(Control* c) {
     EntryPatch& e = c->entries[i];
     if (e.state != kEntryPlanned) continue;
     if (ActiveEntry* kept = active_at(e.addr)) {
+      // Its stubs and jump written for this session (every thread is held; none is in the
+      // area: the GDB agent refused the patches otherwise).
       g_real[kept->hook_id] = (void*)kept->trampoline;
       e.state = kEntryKept;
+      if (area) {
+        const uint64_t target = write_stubs((uint8_t*)kept->trampoline - kEntryStub,
+                                            kept->hook_id);
+        uint8_t jump[arch::kJumpBytes];
+        arch::jump_rel32(jump, kept->addr, target);
+        if (write_code(kept->addr, jump, sizeof jump))
+          kept->target = target;
+        else
+          e.state = kEntryChanged;
+      }
       continue;
     }
     void* hook = e.hook_id < (uint32_t)kMaxHooks ? g_hook_fn[e.hook_id] : nullptr;
-    if (!area || !hook || g_nentries >= (uint32_t)kMaxEntries || e.length < 5 ||
+    if (!area || !hook || g_nentries >= (uint32_t)kMaxEntries || e.length < arch::kJumpBytes ||
         e.length > kEntryOriginal || memcmp((void*)e.addr, e.original, e.length) != 0) {
       e.state = kEntryChanged;
       continue;
     }
     uint8_t* cell = (uint8_t*)e.cell;
-    // The stub: jmp *0(%rip), the hook's address, int3 padding; then the trampoline.
-    static const uint8_t kJmpAbs[6] = {0xff, 0x25, 0, 0, 0, 0};
-    memcpy(cell, kJmpAbs, 6);
-    memcpy(cell + 6, &hook, 8);
-    memset(cell + 14, 0xcc, kEntryStub - 14);
+    const uint64_t target = write_stubs(cell, e.hook_id);
     memcpy(cell + kEntryStub, e.trampoline, e.trampoline_len);
     memset(cell + kEntryStub + e.trampoline_len, 0xcc,
            kEntryCell - kEntryStub - e.trampoline_len);
-    uint8_t jump[5] = {0xe9};
-    const int32_t rel = (int32_t)((int64_t)e.cell - (int64_t)(e.addr + 5));
-    memcpy(jump + 1, &rel, 4);
+    uint8_t jump[arch::kJumpBytes];
+    arch::jump_rel32(jump, e.addr, target);
     ActiveEntry& a = g_entries[g_nentries];
-    a = ActiveEntry{e.addr, e.cell + kEntryStub, e.hook_id, {}};
+    a = ActiveEntry{e.addr, target, e.cell + kEntryStub, e.hook_id, {}};
     memcpy(a.original, e.original, sizeof a.original);
     g_real[e.hook_id] = (void*)a.trampoline;  // before the jump: no call may reach the hook first
-    if (!write_code(e.addr, jump, 5)) {
+    if (!write_code(e.addr, jump, sizeof jump)) {
       g_real[e.hook_id] = (void*)e.addr;
       e.state = kEntryChanged;
       continue;
@@ -137,10 +177,8 @@ uint32_t restore_entries() {
     ActiveEntry& a = g_entries[i];
     if (!a.addr) continue;
     const uint8_t* at = (const uint8_t*)a.addr;
-    int32_t rel;
-    memcpy(&rel, at + 1, 4);
-    if (at[0] == 0xe9 && a.addr + 5 + rel == a.trampoline - kEntryStub &&
-        write_code(a.addr, a.original, 5)) {
+    if (arch::jumps_to(at, a.target) &&
+        write_code(a.addr, a.original, sizeof a.original)) {
       a.addr = 0;
       restored++;
     }

@@ -57,9 +57,25 @@ def entry_bytes(pid: int, exe: Path, name: str, n: int = 16) -> tuple:
         in_file = f.read(n)
     lo = next(int(line.split("-")[0], 16) for line in open(f"/proc/{pid}/maps")
               if line.rstrip().endswith(str(exe)))
+    return target_bytes(pid, lo + sym["st_value"], n), in_file  # PIE: mapped at the load bias
+
+
+def target_bytes(pid: int, address: int, n: int) -> bytes:
     with open(f"/proc/{pid}/mem", "rb") as mem:
-        mem.seek(lo + sym["st_value"])  # PIE: the first mapping is at the load bias
-        return mem.read(n), in_file
+        mem.seek(address)
+        return mem.read(n)
+
+
+def jump_target(pid: int, exe: Path, name: str) -> int:
+    """Where the patched entry's jmp rel32 goes."""
+    now, _ = entry_bytes(pid, exe, name, 5)
+    assert now[0] == 0xE9, (name, now)
+    with open(exe, "rb") as f:
+        sym = next(s for s in ELFFile(f).get_section_by_name(".symtab").iter_symbols()
+                   if s.name == name)
+    lo = next(int(line.split("-")[0], 16) for line in open(f"/proc/{pid}/maps")
+              if line.rstrip().endswith(str(exe)))
+    return lo + sym["st_value"] + 5 + int.from_bytes(now[1:5], "little", signed=True)
 
 
 def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets):
@@ -142,6 +158,38 @@ def test_unpatchable_entries_refused_in_one_line_each(tmp_path, targets):
     assert any("pvalloc is 3 bytes long, shorter than the 5-byte jump" in r for r in refused)
     assert any("valloc: the branch at +0x" in r and "lands inside" in r for r in refused)
     assert [a["traced"] for a in report["allocators"]] == ["from other objects only"]
+    assert target.finish() == 0
+
+
+@pytest.mark.parametrize("rate", ["1", "1GiB"])
+def test_sampling_through_entry_patches(tmp_path, linked_jemalloc, targets, rate):
+    """Sampling sessions: malloc's and free's patched entries jump to the sample entries the
+    hook library wrote into their cells (sub from the countdown; free's look at the filter of
+    sampled blocks). Every call sampled (1 byte): exact, churn balanced; almost none (1 GiB):
+    nothing to report, and the target runs on. Either way detach puts the entries back."""
+    from iced_x86 import Decoder
+    exe = linked_jemalloc
+    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    mh = Memhook(target.pid, tmp_path, "--sample-rate", rate)
+    for name, first in (("malloc", "sub fs:"), ("free", "test rdi,rdi")):
+        at = jump_target(target.pid, exe, name)
+        insn = Decoder(64, target_bytes(target.pid, at, 16), ip=at).decode()
+        assert str(insn).startswith(first), (name, str(insn))
+    target.command("leak")
+    target.command("churn")
+    report = mh.stop()
+    if rate == "1":
+        assert_exact(report)
+        churn = next(s for s in report["sites"] if s["frames"][0]["function"] == "churn")
+        assert (churn["alloc_count"], churn["free_count"], churn["outstanding_bytes"]) == (
+            100, 100, 0), churn
+    else:
+        assert report["totals"]["outstanding_bytes"] < 1 << 20, report["totals"]
+    for name in ("malloc", "free", "calloc", "mallocx"):
+        now, in_file = entry_bytes(target.pid, exe, name)
+        assert now == in_file, name
+    target.command("leak")
+    target.command("churn")
     assert target.finish() == 0
 
 
