@@ -186,9 +186,10 @@ def root_gdb_stack(place: Place, exe: Path, commands: list, stop_at: str, hooked
             "-ex", f"break {stop_at}", "-ex", f"run < {place.inside(script)} > /dev/null",
             "-ex", f"break {hooked}", "-ex", f"ignore 2 {skip}", "-ex", "continue",
             "-x", place.inside(d / "walk.gdb"), "-ex", "kill", place.inside(exe))
-    out = subprocess.run(args, capture_output=True, text=True, timeout=180).stdout
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    out = proc.stdout
     frames = [line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("FRAME ")]
-    assert len(frames) > 1, out
+    assert len(frames) > 1, (proc.returncode, out, proc.stderr[-2000:])
     return [(int(pc, 16), name) for pc, name in frames[1:]]
 
 

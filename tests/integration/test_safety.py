@@ -102,6 +102,38 @@ def test_attach_while_threads_hold_allocator_locks(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
+def test_no_thread_left_unseen_by_later_sessions(tmp_path, targets):
+    """Three threads inside malloc and free at every moment, 150 short sessions one after
+    another: each sees their traffic, and the last one sees every thread. (A detach between the
+    malloc entry's guard and its fallback record once left the guard set for good: that thread
+    passed every call through in every later session, silently; after 20 to 150 cycles no
+    session saw anything. memhook_record_malloc now clears it.)"""
+    import random
+
+    import numpy as np
+
+    from memhook.capture import EVENT_DTYPE
+    from memhook.session import Options, Session
+    target = targets(build(tmp_path, "spinner.c"), 2)
+    rng = random.Random(5)
+    for cycle in range(150):
+        session = Session(target.pid, Options())
+        session.attach()
+        time.sleep(rng.uniform(0, 0.03))
+        session.detach("cycle")
+        assert session.consumer.totals()["alloc_count"] > 0, cycle
+    session = Session(target.pid, Options())
+    session.attach()
+    session.consumer.record_events(True)
+    time.sleep(0.5)
+    session.detach("last")
+    # (the main thread and the two others spin; the fourth only reads commands)
+    tids = set(np.frombuffer(session.consumer.take_events(), dtype=EVENT_DTYPE)["tid"].tolist())
+    assert len(tids) == 3 and target.pid in tids, tids
+    assert target.finish() == 0
+
+
 def test_already_traced_by_another_debugger(tmp_path, targets):
     import shutil
     import pytest
