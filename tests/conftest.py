@@ -157,6 +157,34 @@ def traced(target: "Target", tmp_path: Path, *commands: str) -> tuple["Memhook",
     return mh, report
 
 
+def short_sessions(pid: int, cycles: int, longest_s: float, seed: int, while_attached=None):
+    """Sessions attached and detached one after another through the Session API (no CLI: a
+    cycle takes a few tens of ms), each lasting up to `longest_s` more than `while_attached()`
+    takes (what must happen in each session, however loaded the machine): yields (cycle, the
+    session, detached)."""
+    import random
+
+    from memhook.session import Options, Session
+    rng = random.Random(seed)
+    for cycle in range(cycles):
+        session = Session(pid, Options())
+        session.attach()
+        if while_attached:
+            while_attached()
+        time.sleep(rng.uniform(0, longest_s))
+        session.detach("cycle")
+        yield cycle, session
+
+
+def progressed(target: "Target", rounds: int = 2, timeout: float = 60) -> None:
+    """Until a harness_serve_rounds target (harness.h) has done `rounds` more rounds."""
+    seen = int(target.ask("rounds", "rounds").split()[1])
+    deadline = time.monotonic() + timeout
+    while int(target.ask("rounds", "rounds").split()[1]) < seen + rounds:
+        assert time.monotonic() < deadline, "the target made no progress"
+        time.sleep(0.001)
+
+
 def site(report: dict, function: str, frame: int = 0) -> dict:
     """The one site whose frame `frame` is in `function` (matched on the name's start)."""
     found = [s for s in report["sites"] if len(s["frames"]) > frame

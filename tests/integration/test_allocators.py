@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import Memhook, build, run_memhook
+from conftest import Memhook, build, run_memhook, short_sessions, traced
 from test_safety import killed_once_attached
 from test_whole_stacks import gdb_stack, memhook_stacks
 
@@ -198,17 +198,9 @@ def test_threads_through_200_attach_detach_cycles(tmp_path, linked_jemalloc, tar
     """8 threads calling the entry-patched malloc and free all along while memhook attaches and
     detaches 200 times: the target never crashes, every session counts what it saw (at most one
     block per thread in flight at either end), every entry is put back each time."""
-    import random
-
-    from memhook.session import Options, Session
     exe = linked_jemalloc
     target = targets(exe, "threads")
-    rng = random.Random(11)
-    for cycle in range(200):
-        session = Session(target.pid, Options())
-        session.attach()
-        time.sleep(rng.uniform(0, 0.02))
-        session.detach("cycle")
+    for cycle, session in short_sessions(target.pid, 200, longest_s=0.02, seed=11):
         t = session.consumer.totals()
         assert not (session.detach_error or session.not_restored or session.abandoned), cycle
         assert t["alloc_count"] > 0 and t["dropped_events"] == 0, (cycle, t)
@@ -241,6 +233,16 @@ def held_by(report: dict, function: str) -> list:
                   if s["frames"][0]["function"] == function and s["outstanding_bytes"])
 
 
+def assert_leaks_and_churn(report: dict, want: dict, churn_loops: int, said: str) -> None:
+    """Each leaking function holds what `want` says (held_by), nothing else is held, and each of
+    the `churn_loops` loops in "churn" freed its 100 blocks."""
+    assert {f: held_by(report, f) for f in want} == want, said
+    churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
+    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
+        == [(100, 100, 0)] * churn_loops, churn
+    assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
+
+
 def test_linked_tcmalloc_exact(tmp_path, targets):
     """tcmalloc linked into the executable: malloc and operator new are tcmalloc's, and tc_* are
     the same functions under second names: each function is patched once, and calls by either
@@ -259,11 +261,7 @@ def test_linked_tcmalloc_exact(tmp_path, targets):
             "leak_tc_calloc": [(300, ["calloc"])], "leak_tc_realloc": [(3000, ["realloc"])],
             "leak_tc_memalign": [(4000, ["aligned_alloc"])],
             "leak_new": [(5000, ["operator new"])], "leak_tc_new": [(6000, ["operator new"])]}
-    assert {f: held_by(report, f) for f in want} == want, mh.stderr
-    churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
-    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
-        == [(100, 100, 0)] * 4, churn
-    assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
+    assert_leaks_and_churn(report, want, 4, mh.stderr)
     assert report["totals"]["unknown_free_count"] == 0
     families = {a["family"].split()[0]: a for a in report["allocators"]}
     assert {"tc_malloc", "tc_new", "tc_free", "tc_delete_sized", "tc_free_sized"} <= set(
@@ -282,25 +280,16 @@ def test_shared_mimalloc_api_exact(tmp_path, targets):
     exact per site; mi_free and mi_free_size balance the churn; mi_strdup, which memhook has no
     hook for, is named as not traced."""
     require(Path("/usr/lib/x86_64-linux-gnu/libmimalloc.so"), "libmimalloc-dev")
-    exe = build(tmp_path, "mimalloc_leaks.c", libs=["-lmimalloc"])
-    target = targets(exe)
-    mh = Memhook(target.pid, tmp_path)
-    target.command("leak")
-    target.command("churn")
-    report = mh.stop()
+    mh, report = traced(targets(build(tmp_path, "mimalloc_leaks.c", libs=["-lmimalloc"])),
+                        tmp_path, "leak", "churn")
     want = {"leak_mi_malloc": [(1000, ["malloc"])], "leak_mi_calloc": [(300, ["calloc"])],
             "leak_mi_realloc": [(3000, ["realloc"])], "leak_mi_zalloc": [(500, ["zalloc"])],
             "leak_mi_aligned": [(4000, ["malloc(align)"])], "leak_malloc": [(700, ["malloc"])]}
-    assert {f: held_by(report, f) for f in want} == want, mh.stderr
-    churn = [s for s in report["sites"] if s["frames"][0]["function"] == "churn"]
-    assert sorted((s["alloc_count"], s["free_count"], s["outstanding_bytes"]) for s in churn) \
-        == [(100, 100, 0)] * 2, churn
-    assert report["totals"]["outstanding_bytes"] == sum(b for v in want.values() for b, _ in v)
+    assert_leaks_and_churn(report, want, 2, mh.stderr)
     mi = next(a for a in report["allocators"] if a["family"].startswith("mimalloc"))
     assert mi["traced"] == "partly" and "mi_strdup" in mi["not_hooked"], mi
     assert any("mimalloc's mi_* API" in line and "traced through slots" in line
                and "no hook for" in line for line in mh.stderr.splitlines()), mh.stderr
-    assert target.finish() == 0
 
 
 RUST_CRATE = Path(__file__).parents[1] / "targets" / "rust_leaks"

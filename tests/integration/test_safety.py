@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import (TARGETS, Memhook, assert_restored, build, memhook_cmd, one_line_error,
-                      run_memhook, site, slot_values)
+                      progressed, run_memhook, short_sessions, site, slot_values)
 
 
 def killed_once_attached(pid: int, unhook_after: str) -> None:
@@ -87,11 +87,7 @@ def test_attach_while_threads_hold_allocator_locks(tmp_path, targets):
         mh = Memhook(target.pid, tmp_path)
         # Traffic while attached, for certain (on a loaded machine the target may not run at
         # all between the attach and a Ctrl-C right after it).
-        seen = int(target.ask("rounds", "rounds").split()[1])
-        deadline = time.monotonic() + 60
-        while int(target.ask("rounds", "rounds").split()[1]) < seen + 2:
-            assert time.monotonic() < deadline, "the target made no progress while attached"
-            time.sleep(0.01)
+        progressed(target)
         report = mh.stop()
         assert report["totals"]["alloc_count"] > 0, (mh.attached_line, mh.stderr, {
             k: v for k, v in report.items() if k not in ("sites", "timeseries")})
@@ -109,19 +105,13 @@ def test_no_thread_left_unseen_by_later_sessions(tmp_path, targets):
     malloc entry's guard and its fallback record once left the guard set for good: that thread
     passed every call through in every later session, silently; after 20 to 150 cycles no
     session saw anything. memhook_record_malloc now clears it.)"""
-    import random
-
     import numpy as np
 
     from memhook.capture import EVENT_DTYPE
     from memhook.session import Options, Session
     target = targets(build(tmp_path, "spinner.c"), 2)
-    rng = random.Random(5)
-    for cycle in range(150):
-        session = Session(target.pid, Options())
-        session.attach()
-        time.sleep(rng.uniform(0, 0.03))
-        session.detach("cycle")
+    for cycle, session in short_sessions(target.pid, 150, longest_s=0.03, seed=5,
+                                         while_attached=lambda: progressed(target)):
         assert session.consumer.totals()["alloc_count"] > 0, cycle
     session = Session(target.pid, Options())
     session.attach()
