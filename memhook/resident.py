@@ -1,0 +1,142 @@
+"""The process's resident memory in parts that sum to what the kernel says (issue 33, point 4):
+every mapping of /proc/PID/smaps, read once, goes to exactly one part, so the parts' Rss, Pss,
+Private_Dirty and Swap add up to smaps' own totals by construction.
+
+The parts, as *Memory – Part 2* (../shared/reference) names resident memory's kinds: malloc's
+main heap ([heap]) and its thread arenas' heaps (anonymous mappings at a 64 MiB boundary, the
+alignment glibc gives every arena heap), thread stacks (the mapping holding each thread's stack
+pointer, named by the thread), memhook's own (its segment and library), shared memory
+(/dev/shm, System V, memfd, any shared mapping), file-backed mappings by module, other
+anonymous memory (the program's mmap, and malloc's mmapped chunks until the census tells them
+apart), and the kernel's ([vdso], [vvar]). Nothing is left over: a mapping no rule claims is
+"anonymous" if it has no path, else "file".
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+FIELDS = ("Rss", "Pss", "Private_Dirty", "Swap")
+ARENA_HEAP_ALIGN = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: arena heaps start aligned to it
+KERNEL = ("[vdso]", "[vvar]", "[vsyscall]", "[vvar_vclock]")
+
+
+@dataclass
+class Region:
+    start: int
+    end: int
+    perms: str
+    path: str
+    kb: dict = field(default_factory=dict)  # smaps' fields, in bytes
+
+
+@dataclass
+class Part:
+    name: str      # "malloc heap", "thread stack: worker-3", "file: libc.so.6", ...
+    kind: str      # heap, arena, stack, memhook, shared, file, anonymous, kernel
+    regions: int = 0
+    bytes: dict = field(default_factory=lambda: {f: 0 for f in FIELDS})
+
+
+def read_smaps(pid: int) -> list[Region]:
+    """Every mapping with its sizes (bytes)."""
+    regions: list[Region] = []
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head, _, rest = line.partition(" ")
+            if "-" in head and not head.endswith(":"):
+                fields = line.split(None, 5)
+                lo, _, hi = fields[0].partition("-")
+                regions.append(Region(int(lo, 16), int(hi, 16), fields[1],
+                                      fields[5].rstrip("\n") if len(fields) > 5 else ""))
+            elif regions and head.endswith(":") and rest.strip().endswith("kB"):
+                regions[-1].kb[head[:-1]] = int(rest.split()[0]) * 1024
+    return regions
+
+
+def thread_stack_pointers(pid: int) -> dict[int, str]:
+    """Each thread's stack pointer (from /proc/PID/task/TID/syscall, which says it for a thread
+    blocked in a system call, and /stat's kstkesp where the kernel gives it) and its name."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            name = open(f"{base}/comm").read().strip()
+            words = open(f"{base}/syscall").read().split()
+            sp = int(words[-2], 16) if len(words) >= 3 else 0
+            if not sp:
+                stat = open(f"{base}/stat").read()
+                sp = int(stat[stat.rindex(")") + 2:].split()[26])
+        except (OSError, ValueError, IndexError):
+            continue
+        if sp:
+            out[sp] = f"{name} ({tid})"
+    return out
+
+
+def arena_heap(pid: int, r: Region) -> bool:
+    """Whether an anonymous mapping is one of glibc's thread-arena heaps: at a 64 MiB boundary,
+    and starting with a heap_info (ar_ptr, prev, size, mprotect_size) whose size is this
+    mapping's and whose arena lies in it or whose previous heap is at another boundary."""
+    if r.start % ARENA_HEAP_ALIGN or not r.perms.startswith("rw") or \
+            r.end - r.start > ARENA_HEAP_ALIGN:
+        return False
+    try:
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(r.start)
+            ar_ptr, prev, size, mprotect_size = struct.unpack("<4Q", mem.read(32))
+    except (OSError, struct.error):
+        return False
+    return (size == r.end - r.start and mprotect_size >= size
+            and (r.start < ar_ptr < r.end or (prev and prev % ARENA_HEAP_ALIGN == 0)))
+
+
+def parts(pid: int, memhook_paths: tuple = ("memhook-", "libmemhook_hook")) -> list[Part]:
+    """The parts of the process's memory, largest resident first; their sums are smaps'."""
+    regions = read_smaps(pid)
+    stacks = thread_stack_pointers(pid)
+    out: dict[str, Part] = {}
+
+    def add(name: str, kind: str, r: Region) -> None:
+        p = out.setdefault(name, Part(name, kind))
+        p.regions += 1
+        for f in FIELDS:
+            p.bytes[f] += r.kb.get(f, 0)
+
+    for r in regions:
+        path = r.path.replace(" (deleted)", "")
+        base = os.path.basename(path)
+        stack = next((who for sp, who in stacks.items() if r.start <= sp < r.end), None)
+        if stack is not None or path == "[stack]":
+            add(f"thread stack: {stack or 'main'}", "stack", r)
+        elif path == "[heap]":
+            add("malloc heap (main arena)", "heap", r)
+        elif path in KERNEL:
+            add("kernel ([vdso], [vvar])", "kernel", r)
+        elif any(m in base for m in memhook_paths):
+            add("memhook (its segment and library)", "memhook", r)
+        elif path.startswith(("/dev/shm/", "/SYSV", "memfd:")) or r.perms[3:4] == "s":
+            add("shared memory", "shared", r)
+        elif path.startswith("/"):
+            add(f"file: {base}", "file", r)
+        elif not path and arena_heap(pid, r):
+            add("malloc heaps (thread arenas)", "arena", r)
+        else:
+            add("anonymous (mmap, malloc's mmapped chunks)", "anonymous", r)
+    return sorted(out.values(), key=lambda p: -p.bytes["Rss"])
+
+
+def totals(pid: int) -> dict:
+    """smaps_rollup's own sums (bytes), to check the parts against."""
+    out = {f: 0 for f in FIELDS}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in out:
+                out[key] = int(rest.split()[0]) * 1024
+    return out
