@@ -140,3 +140,13 @@ def totals(pid: int) -> dict:
             if key in out:
                 out[key] = int(rest.split()[0]) * 1024
     return out
+
+
+def table(pid: int) -> list[dict]:
+    """parts() as the capture keeps them (bytes), or [] when the process cannot be read."""
+    try:
+        found = parts(pid)
+    except OSError:
+        return []
+    return [{"part": p.name, "kind": p.kind, "regions": p.regions,
+             **{f.lower() + "_bytes": p.bytes[f] for f in FIELDS}} for p in found]

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, allocators, elf, entry_patch, hooks, module_files, procfs
+from . import _native, allocators, elf, entry_patch, hooks, module_files, procfs, resident
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -120,6 +120,7 @@ class Session:
     abandoned: bool = False  # the target unhooked itself before detach (hooks' abandon())
     libc: str = ""     # the target's libc and its version, as reports name it
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
+    resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
     entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, name -> Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
@@ -288,6 +289,8 @@ class Session:
                     family_of[name].refused.append((name, f"{allocators.shown(name)}: " +
                                                     ENTRY_REFUSALS.get(names.get(state), "?")))
         self.started_at = time.time()
+        # What the process's memory was made of as tracing began (read while it runs).
+        self.resident["attach"] = resident.table(self.pid)
         self.poll_loads(rescan=True)
         return result
 
@@ -356,6 +359,8 @@ class Session:
         self.ended_at = time.time()
         # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
         self.abandoned = self.consumer.abandoned
+        if self.target_alive():
+            self.resident["detach"] = resident.table(self.pid)
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
@@ -405,6 +410,7 @@ class Session:
             "duration_s": round(self.ended_at - self.started_at, 3) if self.ended_at else 0.0,
             "end_reason": self.end_reason, "depth": self.options.depth,
             "abandoned": self.abandoned,
+            "resident": self.resident,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

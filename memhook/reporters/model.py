@@ -151,6 +151,11 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         report["leak_suspects"] = suspects[:filters.suspects]
     if analysis.process_memory(cap):
         report["process_memory"] = analysis.process_memory(cap)
+    # The process's resident memory in parts (resident.py): at detach, else at attach.
+    res = meta.get("resident") or {}
+    when = "detach" if res.get("detach") else "attach" if res.get("attach") else ""
+    if when:
+        report["resident_memory"] = {"when": when, "parts": res[when]}
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]

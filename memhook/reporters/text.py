@@ -31,6 +31,27 @@ def dropped_frees_lines(t: dict) -> list[str]:
     return [line + "; every other outstanding block is live"]
 
 
+def resident_lines(res: dict | None, shown: int = 12) -> list[str]:
+    """The "Resident memory" table: every part of smaps' resident memory, summing to RSS."""
+    if not res or not res.get("parts"):
+        return []
+    parts = res["parts"]
+    rss = sum(p["rss_bytes"] for p in parts)
+    lines = [f"Resident memory at {res['when']} (smaps: {human_bytes(rss)} resident; the parts "
+             "sum to it):",
+             f"  {'resident':>10} {'private dirty':>14} {'swap':>10}  part"]
+    rest = parts[shown:]
+    for p in parts[:shown]:
+        lines.append(f"  {human_bytes(p['rss_bytes']):>10} {human_bytes(p['private_dirty_bytes']):>14} "
+                     f"{human_bytes(p['swap_bytes']):>10}  {one_line(p['part'])}")
+    if rest:
+        lines.append(f"  {human_bytes(sum(p['rss_bytes'] for p in rest)):>10} "
+                     f"{human_bytes(sum(p['private_dirty_bytes'] for p in rest)):>14} "
+                     f"{human_bytes(sum(p['swap_bytes'] for p in rest)):>10}  "
+                     f"{len(rest)} more parts")
+    return lines
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     procs = report.get("processes")
@@ -55,6 +76,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     pm = report.get("process_memory")
     if pm:
         lines.append("  process: " + process_memory_text(pm))
+    lines += resident_lines(report.get("resident_memory"))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     for a in report.get("allocators", []):

@@ -144,3 +144,29 @@ def open_in_chromium(tmp_path, page) -> str:
     assert not console, console
     return subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True,
                           timeout=120).stdout
+
+
+def test_resident_memory_table_sums_to_rss(tmp_path, targets):
+    """The report's "Resident memory" table (resident.py, read at detach): every part of the
+    process's smaps, summing to its RSS as the kernel says it at that moment (the target idle),
+    memhook's own segment and library a part of their own, the table in the text report."""
+    from conftest import Memhook
+    from memhook import resident
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    time.sleep(0.5)  # (the target idle from here: its memory holds still)
+    rss_attached = resident.totals(target.pid)["Rss"]
+    report = mh.stop()
+    assert target.finish() == 0
+    res = report["resident_memory"]
+    assert res["when"] == "detach"
+    kinds = {p["kind"] for p in res["parts"]}
+    assert {"heap", "stack", "memhook", "file"} <= kinds, res
+    rss = sum(p["rss_bytes"] for p in res["parts"])
+    # (the idle target's RSS, read by the test while attached: the same but for the pages
+    # memhook's consumer or detach may touch)
+    assert abs(rss - rss_attached) <= 64 << 10, (rss, rss_attached)
+    text = run_memhook("report", mh.capture).stdout
+    assert re.search(r"Resident memory at detach \(smaps: [0-9.]+ [KMG]iB resident", text), text
+    assert "memhook (its segment and library)" in text and "malloc heap (main arena)" in text
