@@ -152,10 +152,20 @@ def test_ctrl_c_at_any_moment_of_attach(tmp_path, targets, delay):
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
     proc = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd="/")
+                            stderr=subprocess.PIPE, text=True, cwd="/",
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        # A hang (once in a full run, at 0.15 s): where memhook's threads are, and its children.
+        children = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid,stat,args"],
+                                  capture_output=True, text=True).stdout
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"memhook hung after Ctrl-C at {delay} s; children:\n{children}"
+                             f"\nstdout:\n{out}\nstderr:\n{err[-6000:]}") from None
     # Stopped while the interpreter itself was starting (killed by the signal, or its site
     # import interrupted, which Python reports with its own traceback): nothing was done.
     if proc.returncode == -signal.SIGINT or "Fatal Python error: init_import_site" in err:
