@@ -393,7 +393,6 @@ PYBIND11_MODULE(_native, m) {
   m.attr("ENTRY_CELL") = kEntryCell;
   m.attr("ENTRY_STUB") = kEntryStub;
   m.attr("ENTRY_ORIGINAL") = kEntryOriginal;
-  m.attr("MAX_ENTRIES") = kMaxEntries;
   m.attr("ENTRY_ADDR_OFFSET") = offsetof(EntryPatch, addr);
   m.attr("ENTRY_LENGTH_OFFSET") = offsetof(EntryPatch, length);
   m.attr("ENTRY_STATE_OFFSET") = offsetof(EntryPatch, state);
