@@ -142,10 +142,56 @@ def totals(pid: int) -> dict:
     return out
 
 
-def table(pid: int) -> list[dict]:
-    """parts() as the capture keeps them (bytes), or [] when the process cannot be read."""
+def split_by_census(found: list[Part], census: dict | None) -> list[Part]:
+    """The malloc parts split as the heap census saw their pages (heap_census.py): each heap
+    part into its live blocks, its free chunks (bins, tcache, fastbins, top) and the rest
+    (headers of arenas and heaps, tcache structs, what the walk could not read); malloc's
+    mmapped chunks out of the anonymous part. Each field is shared in proportion to the
+    census's resident bytes, the rest to the last share, so every sum stays smaps'."""
+    if not census or census.get("problem"):
+        return found
+    main = [h for a in census["arenas"] if a["main"] for h in a["heaps"]]
+    threads = [h for a in census["arenas"] if not a["main"] for h in a["heaps"]]
+    def heap_shares(where: str, kind: str, heaps: list) -> list:
+        return [(f"{label} ({where})", kind, sum(h[k] for h in heaps) if k else None)
+                for label, k in SPLIT]
+
+    shares = {
+        "heap": heap_shares("main arena", "heap", main),
+        "arena": heap_shares("thread arenas", "arena", threads),
+        "anonymous": [("malloc's mmapped chunks", "mmapped",
+                       census["mmapped"]["resident_bytes"]),
+                      ("anonymous (the program's mmap)", "anonymous", None)],
+    }
+    out = []
+    for p in found:
+        if p.kind not in shares:
+            out.append(p)
+            continue
+        rss, left = p.bytes["Rss"], dict(p.bytes)
+        *first, (last_name, last_kind, _) = shares[p.kind]
+        for name, kind, resident_bytes in first:
+            share = min(resident_bytes, left["Rss"]) / rss if rss else 0.0
+            q = Part(name, kind, p.regions)
+            for f in FIELDS:
+                q.bytes[f] = min(left[f], round(p.bytes[f] * share))
+                left[f] -= q.bytes[f]
+            out.append(q)
+        out.append(Part(last_name, last_kind, p.regions, left))
+    return sorted(out, key=lambda p: -p.bytes["Rss"])
+
+
+# How a heap part splits: its label, and the census's resident bytes for it (None: the rest).
+SPLIT = (("malloc heap: live blocks", "resident_live_bytes"),
+         ("malloc heap: free chunks", "resident_free_bytes"),
+         ("malloc heap: allocator overhead", None))
+
+
+def table(pid: int, census: dict | None = None) -> list[dict]:
+    """parts() as the capture keeps them (bytes), split by the heap census when there is one,
+    or [] when the process cannot be read."""
     try:
-        found = parts(pid)
+        found = split_by_census(parts(pid), census)
     except OSError:
         return []
     return [{"part": p.name, "kind": p.kind, "regions": p.regions,

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import _native, allocators, elf, entry_patch, hooks, module_files, procfs, resident
+from . import (_native, allocators, elf, entry_patch, heap_census, hooks, module_files, procfs,
+               resident)
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -32,6 +33,7 @@ class Options:
     sample_rate: int = 0  # 0: every call; else mean bytes between sampled allocations
     library_dir: str = ""  # where the target maps the hook library from ("": the first of
                            # LIBRARY_DIRS not mounted noexec)
+    heap_census: bool = True  # walk glibc malloc's heap at attach and detach (heap_census.py)
 
     @property
     def size_filter(self) -> bool:
@@ -121,6 +123,8 @@ class Session:
     libc: str = ""     # the target's libc and its version, as reports name it
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
     resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
+    census: dict = field(default_factory=dict)  # "attach"/"detach": heap_census.take()
+    libc_kind: tuple = ("", "")  # the target's libc and version, for the census
     entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, name -> Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
@@ -133,6 +137,8 @@ class Session:
     def attach(self, way_in: WayIn | None = None) -> dict:
         """prepare(), then the way in (GDB unless another is given), then start()."""
         plan = self.prepare()
+        # The heap as it was before attach, read while the target runs (not in its pause).
+        self.take_census("attach")
         way_in = way_in or GdbWayIn()
         self.way_in = way_in
         # Draining from before the first hook can fire: the rings do not fill while the way in
@@ -166,6 +172,7 @@ class Session:
         layout = elf.scan(self.pid, self.info.exe)
         library = self.library = hook_library(layout.libc)
         self.libc = f"{layout.libc} {layout.libc_version}".strip()
+        self.libc_kind = (layout.libc, layout.libc_version)
         symbols = elf.exported_offsets(library)
         base = layout.hook_library_base
         if base:
@@ -290,9 +297,19 @@ class Session:
                                                     ENTRY_REFUSALS.get(names.get(state), "?")))
         self.started_at = time.time()
         # What the process's memory was made of as tracing began (read while it runs).
-        self.resident["attach"] = resident.table(self.pid)
+        self.resident["attach"] = resident.table(self.pid, self.census.get("attach"))
         self.poll_loads(rescan=True)
         return result
+
+    def take_census(self, when: str) -> None:
+        """The heap census (heap_census.py), kept under `when`; its failure is said, never
+        raised: the session goes on without it."""
+        if not self.options.heap_census:
+            return
+        try:
+            self.census[when] = heap_census.take(self.pid, *self.libc_kind)
+        except (OSError, ValueError, RuntimeError) as e:
+            self.census[when] = {"problem": f"the heap census failed: {e}"}
 
     def poll_loads(self, rescan: bool = False) -> bool:
         """Libraries the target loaded or unloaded since the last call: their unwind rows built
@@ -360,7 +377,8 @@ class Session:
         # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
         self.abandoned = self.consumer.abandoned
         if self.target_alive():
-            self.resident["detach"] = resident.table(self.pid)
+            self.take_census("detach")
+            self.resident["detach"] = resident.table(self.pid, self.census.get("detach"))
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
@@ -411,6 +429,7 @@ class Session:
             "end_reason": self.end_reason, "depth": self.options.depth,
             "abandoned": self.abandoned,
             "resident": self.resident,
+            "heap_census": self.census,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

@@ -113,13 +113,22 @@ def demangle(name: str) -> str:
         rust = _rust_demangle(name)
         if rust:
             return rust
+    if not name.startswith("_Z"):
+        return name
+    return cxa_demangle(name) or name
+
+
+@lru_cache(maxsize=65536)
+def cxa_demangle(mangled: str) -> str | None:
+    """What __cxa_demangle makes of a mangled name: a symbol ("_Z...") or a type as a type_info
+    holds it ("N2ns3FooE" -> "ns::Foo"); None when it is neither."""
     fn = _cxa_demangle()
-    if fn is None or not name.startswith("_Z"):
-        return name
+    if fn is None:
+        return None
     status = ctypes.c_int(0)
-    out = fn(name.encode(), None, None, ctypes.byref(status))
+    out = fn(mangled.encode(), None, None, ctypes.byref(status))
     if status.value != 0 or not out:
-        return name
+        return None
     try:
         return ctypes.string_at(out).decode(errors="replace")
     finally:

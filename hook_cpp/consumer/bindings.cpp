@@ -14,6 +14,7 @@
 #include "area_writer.h"
 #include "cfi_rows.h"
 #include "consumer.h"
+#include "heap_census.h"
 #include "operations.h"
 #include "routing.h"
 #include "segment.h"
@@ -248,6 +249,74 @@ void publish(Consumer& c, const std::vector<std::tuple<uint64_t, uint64_t, uint6
   c.forget_recent_stacks();
 }
 
+// The heap census (census/heap_census.h) as a dict of plain values; counts as (count, bytes).
+py::dict census_dict(const census::Census& c) {
+  using census::Tally;
+  auto tally = [](const Tally& t) { return py::make_tuple(t.count, t.bytes); };
+  py::dict d;
+  d["problem"] = c.problem;
+  d["main_arena"] = c.main_arena;
+  py::list arenas;
+  for (const census::ArenaStats& as : c.arenas) {
+    py::dict a;
+    a["address"] = as.arena.addr;
+    a["main"] = as.arena.main;
+    a["system_mem"] = as.arena.system_mem;
+    a["top"] = as.arena.top;
+    a["top_bytes"] = as.arena.top_size;
+    a["top_resident"] = as.top_resident;
+    a["bins"] = tally(as.bins);
+    a["fastbins"] = tally(as.fastbins);
+    a["tcache"] = tally(as.tcache);
+    a["largest_free"] = as.largest_free;
+    a["trimmable"] = as.trimmable;
+    a["uncertain"] = as.uncertain;
+    a["problems"] = as.arena.problems;
+    py::list heaps;
+    for (const census::HeapStats& hs : as.heaps) {
+      py::dict h;
+      h["lo"] = hs.heap.lo;
+      h["hi"] = hs.heap.hi;
+      h["first"] = hs.heap.first;
+      h["end"] = hs.heap.end;
+      h["has_top"] = hs.heap.has_top;
+      h["walked_to"] = hs.walked_to;
+      h["chunks"] = hs.chunks;
+      h["live"] = tally(hs.live);
+      h["live_end"] = hs.live_end;
+      h["last_live"] = py::make_tuple(hs.last_live, hs.last_live_size, hs.last_live_type);
+      h["resident"] = hs.resident;
+      h["resident_live"] = hs.resident_live;
+      h["resident_free"] = hs.resident_free;
+      h["problem"] = hs.problem;
+      heaps.append(h);
+    }
+    a["heaps"] = heaps;
+    arenas.append(a);
+  }
+  d["arenas"] = arenas;
+  d["mmapped"] = tally(c.mmapped);
+  d["mmapped_resident"] = c.mmapped_resident;
+  d["mmapped_ranges"] = c.mmapped_ranges;
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> sizes;
+  for (auto& [size, t] : c.by_size)
+    if (t.count) sizes.emplace_back(size, t.count, t.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  d["by_size"] = sizes;
+  py::list types;
+  for (size_t i = 1; i < c.types.size() && i < c.by_type.size(); i++)
+    types.append(py::make_tuple(c.types[i].vtable, py::bytes(c.types[i].name), c.types[i].module,
+                                c.by_type[i].count, c.by_type[i].bytes));
+  d["types"] = types;
+  d["untyped"] = tally(c.by_type.empty() ? Tally{} : c.by_type[0]);
+  d["tcache_structs"] = c.tcache_structs;
+  d["uncertain"] = c.uncertain;
+  d["heap_bytes"] = c.heap_bytes;
+  d["bytes_read"] = c.bytes_read;
+  d["elapsed_ns"] = c.elapsed_ns;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -305,6 +374,32 @@ PYBIND11_MODULE(_native, m) {
       "read-only) of each slot to patch (the hook library decides, target stopped); `entries`: "
       "(address, hook id, cell, length, first 32 bytes, trampoline) of each entry to patch in "
       "the area [entry_area, +entry_area_bytes).");
+  m.def(
+      "heap_census",
+      [](int mem_fd, int pagemap_fd, int minor,
+         std::vector<std::pair<uint64_t, uint64_t>> libc_data, std::pair<uint64_t, uint64_t> heap,
+         std::vector<std::pair<uint64_t, uint64_t>> anonymous,
+         std::vector<std::tuple<uint64_t, uint64_t, int32_t, bool>> files,
+         std::vector<uint64_t> type_info_vtables) {
+        census::CensusInput in;
+        in.minor = minor;
+        in.libc_data = std::move(libc_data);
+        in.heap_lo = heap.first;
+        in.heap_hi = heap.second;
+        in.anonymous = std::move(anonymous);
+        for (auto& [lo, hi, module, exec] : files) in.files.push_back({lo, hi, module, exec});
+        in.type_info_vtables = std::move(type_info_vtables);
+        census::Census c;
+        {
+          py::gil_scoped_release unlocked;
+          c = census::HeapCensus(mem_fd, pagemap_fd, std::move(in)).run();
+        }
+        return census_dict(c);
+      },
+      py::arg("mem_fd"), py::arg("pagemap_fd"), py::arg("glibc_minor"), py::arg("libc_data"),
+      py::arg("heap"), py::arg("anonymous"), py::arg("files"), py::arg("type_info_vtables"),
+      "Walk glibc malloc's heap in a running process (census/heap_census.h), reading its "
+      "/proc/PID/mem and /proc/PID/pagemap fds.");
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");

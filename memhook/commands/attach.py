@@ -50,6 +50,9 @@ def attach_parser() -> Parser:
     p.add_argument("--library-dir", metavar="DIR", default="",
                    help="directory, as the target sees its filesystem, to load the hook library "
                         "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
+    p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
+                   help="do not walk glibc malloc's heap at attach and detach (the census of "
+                        "blocks allocated before attach, free space and fragmentation)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
     add_otlp_arguments(p, "every --push-interval and at detach")
@@ -70,7 +73,8 @@ def run_attach(argv: list[str]) -> int:
     opts = Options(depth=a.depth, min_size=a.min_size,
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
                    ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
-                   sample_rate=a.sample_rate, library_dir=a.library_dir)
+                   sample_rate=a.sample_rate, library_dir=a.library_dir,
+                   heap_census=a.heap_census)
     try:
         opts.check()
     except ValueError as e:

@@ -156,6 +156,10 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     when = "detach" if res.get("detach") else "attach" if res.get("attach") else ""
     if when:
         report["resident_memory"] = {"when": when, "parts": res[when]}
+    # The heap census (heap_census.py): the heap before attach, and at detach.
+    census = {when: c for when, c in (meta.get("heap_census") or {}).items() if c}
+    if census:
+        report["heap_census"] = census
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]

@@ -52,6 +52,90 @@ def resident_lines(res: dict | None, shown: int = 12) -> list[str]:
     return lines
 
 
+def _module(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def census_lines(census: dict | None, shown: int = 8) -> list[str]:
+    """"Held before attach" (the census at attach: live blocks by C++ type and by size) and
+    malloc's own share (free space per arena, fragmentation, what malloc_trim(0) returns, what
+    pins each heap's top); at detach, the C++ types whose count grew."""
+    if not census:
+        return []
+    at = census.get("attach") or {}
+    if at.get("problem"):
+        return [f"Held before attach: no heap census ({one_line(at['problem'])})"]
+    if not at:
+        return []
+    live = at["live"]
+    lines = [f"Held before attach (glibc malloc's heap walked at attach, "
+             f"{human_bytes(at['heap_bytes'])} in {duration_text(at['walk_seconds'] * 1e9)}): "
+             f"{live['blocks']} live blocks, {human_bytes(live['bytes'])}"]
+    if at["by_type"]:
+        lines.append(f"  {'blocks':>10} {'bytes':>10}  C++ type (its vtable's module)")
+        for t in at["by_type"][:shown]:
+            lines.append(f"  {t['blocks']:>10} {human_bytes(t['bytes']):>10}  "
+                         f"{one_line(t['type'])} ({_module(t['module'])})")
+        lines.append(f"  {at['untyped']['blocks']:>10} {human_bytes(at['untyped']['bytes']):>10}"
+                     "  without a vtable (C structs, strings, arrays)")
+    sizes = sorted(at["by_size"], key=lambda s: -s["bytes"])
+    lines.append(f"  {'blocks':>10} {'bytes':>10}  usable size (largest share first)")
+    for s in sizes[:shown]:
+        lines.append(f"  {s['blocks']:>10} {human_bytes(s['bytes']):>10}  {s['size']} B")
+    if len(sizes) > shown:
+        rest = sizes[shown:]
+        lines.append(f"  {sum(s['blocks'] for s in rest):>10} "
+                     f"{human_bytes(sum(s['bytes'] for s in rest)):>10}  {len(rest)} more sizes")
+    mm = at["mmapped"]
+    if mm["blocks"]:
+        lines.append(f"  of them mmapped by malloc (above its mmap threshold): {mm['blocks']} "
+                     f"blocks, {human_bytes(mm['bytes'])}")
+    lines.append("malloc's own share at attach (free: bins + tcache + fastbins + top):")
+    lines.append(f"  {'arena':>14} {'system':>10} {'live':>10} {'free':>10} {'bins':>10} "
+                 f"{'tcache':>10} {'fastbins':>10} {'top':>10} {'largest':>10}")
+    for n, a in enumerate(at["arenas"]):
+        f = a["free"]
+        live_bytes = sum(h["live_bytes"] for h in a["heaps"])
+        lines.append(f"  {'main' if a['main'] else f'thread {n}':>14} "
+                     f"{human_bytes(a['system_bytes']):>10} {human_bytes(live_bytes):>10} "
+                     f"{human_bytes(a['free_bytes']):>10} {human_bytes(f['bins']['bytes']):>10} "
+                     f"{human_bytes(f['tcache']['bytes']):>10} "
+                     f"{human_bytes(f['fastbins']['bytes']):>10} {human_bytes(f['top']['bytes']):>10} "
+                     f"{human_bytes(a['largest_free_chunk']):>10}")
+    frag = at["fragmentation"]
+    lines.append(f"  fragmentation (free space below each heap's highest live block over that "
+                 f"space): mean {frag['mean']:.1%} per heap, total {frag['total']:.1%}")
+    lines.append(f"  malloc_trim(0) would return about {human_bytes(at['trimmable_bytes'])} of "
+                 "resident pages (memhook trim -p PID)")
+    for n, a in enumerate(at["arenas"]):
+        for h in a["heaps"]:
+            pin = h.get("top_pinned_by")
+            if pin and a["main"]:
+                lines.append(f"  the main heap's top is held by a live block of {pin['size']} B" +
+                             (f" ({one_line(pin['type'])})" if pin["type"] else "") +
+                             " (its address: JSON heap_census.attach.arenas[0].heaps)")
+            if h["problem"]:
+                lines.append(f"  not walked: {one_line(h['problem'])}")
+        for problem in a["problems"]:
+            lines.append(f"  {'main arena' if a['main'] else f'thread arena {n}'}: "
+                         f"{one_line(problem)}")
+    if at["uncertain_bytes"]:
+        lines.append(f"  uncertain: {human_bytes(at['uncertain_bytes'])} of heap could not be "
+                     "read consistently (not counted above)")
+    end = census.get("detach") or {}
+    if end and not end.get("problem"):
+        before = {t["type"]: t for t in at["by_type"]}
+        grew = [(t, t["blocks"] - before.get(t["type"], {"blocks": 0})["blocks"])
+                for t in end["by_type"]]
+        grew = sorted((g for g in grew if g[1] > 0), key=lambda g: -g[1])
+        if grew:
+            lines.append("C++ types with more live blocks at detach than at attach:")
+            for t, more in grew[:shown]:
+                lines.append(f"  {'+' + str(more):>10} {t['blocks']:>10} blocks  "
+                             f"{one_line(t['type'])} ({_module(t['module'])})")
+    return lines
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     procs = report.get("processes")
@@ -77,6 +161,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     if pm:
         lines.append("  process: " + process_memory_text(pm))
     lines += resident_lines(report.get("resident_memory"))
+    lines += census_lines(report.get("heap_census"))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     for a in report.get("allocators", []):

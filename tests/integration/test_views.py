@@ -59,7 +59,9 @@ def test_one_name_per_frame_in_every_view(tmp_path, targets):
 
     # Text: every frame line of every stack.
     text = run_memhook("report", cap).stdout
-    frame_lines = [x.strip() for x in text.splitlines() if x.startswith("      ")
+    # (the stacks' sections: after the tables of the process's memory)
+    stacks = text[re.search(r"^(Leak suspects|Top \d+ call stacks)", text, re.M).start():]
+    frame_lines = [x.strip() for x in stacks.splitlines() if x.startswith("      ")
                    and not x.strip().startswith("...")]
     assert frame_lines
     for x in frame_lines:
@@ -169,4 +171,4 @@ def test_resident_memory_table_sums_to_rss(tmp_path, targets):
     assert abs(rss - rss_attached) <= 64 << 10, (rss, rss_attached)
     text = run_memhook("report", mh.capture).stdout
     assert re.search(r"Resident memory at detach \(smaps: [0-9.]+ [KMG]iB resident", text), text
-    assert "memhook (its segment and library)" in text and "malloc heap (main arena)" in text
+    assert "memhook (its segment and library)" in text and "malloc heap: live blocks (main arena)" in text

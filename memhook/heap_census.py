@@ -1,0 +1,161 @@
+"""The heap before attach: a census of glibc malloc's heap, taken from outside the running
+process (issue 33, points 1-3). The walk itself is native (hook_cpp/census/); this module gives
+it what /proc says (libc's writable data where main_arena is, the [heap], anonymous mappings
+that may be mmapped chunks, file mappings where vtables are, where __cxxabiv1's type_info
+vtables are) and turns its result into the words a report uses: live blocks by size class and
+by C++ type (demangled, with the module that owns the vtable), free space per arena,
+fragmentation, what malloc_trim(0) would return, and the blocks that pin each heap's top.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from elftools.common.exceptions import ELFError
+
+from . import _native, elf, procfs, symbolize
+
+# A type_info's word 0 is the vtable of one of these, plus 16 (Itanium C++ ABI 2.9.4).
+TYPE_INFO_CLASSES = ("_ZTVN10__cxxabiv117__class_type_infoE",
+                     "_ZTVN10__cxxabiv120__si_class_type_infoE",
+                     "_ZTVN10__cxxabiv121__vmi_class_type_infoE")
+# Where those are defined: the C++ runtime, or an executable that links it in and exports them.
+CXX_RUNTIMES = ("libstdc++", "libc++abi", "libc++.")
+
+
+def _glibc_minor(version: str) -> int | None:
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return None
+    return minor if major == 2 else None
+
+
+def _type_info_vtables(pid: int, modules: dict, exe: str) -> list[int]:
+    out = []
+    for mod in modules.values():
+        base = os.path.basename(mod.path)
+        if not (base.startswith(CXX_RUNTIMES) or mod.path == exe):
+            continue
+        try:
+            f, e = elf._open_elf(mod.file or f"/proc/{pid}/root{mod.path}")
+        except (OSError, ELFError):
+            continue
+        with f:
+            dynsym = e.get_section_by_name(".dynsym")
+            if dynsym is None:
+                continue
+            for name in TYPE_INFO_CLASSES:
+                for sym in dynsym.get_symbol_by_name(name) or ():
+                    if sym["st_shndx"] != "SHN_UNDEF":
+                        out.append(mod.bias + sym["st_value"] + 16)
+    return out
+
+
+def take(pid: int, libc: str, libc_version: str) -> dict:
+    """The census as the capture keeps it, or {"problem": why there is none}."""
+    if libc != "glibc":
+        return {"problem": f"the heap census reads glibc's malloc; this target's libc is {libc}"}
+    minor = _glibc_minor(libc_version)
+    if minor is None:
+        return {"problem": f"glibc version {libc_version or 'unknown'}: no heap census"}
+    started = time.monotonic()
+    maps = procfs.read_maps(pid)
+    modules = elf.modules(pid)
+    paths = sorted({m.path for m in maps if m.path.startswith("/")})
+    index = {p: i for i, p in enumerate(paths)}
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    args = dict(
+        glibc_minor=minor,
+        libc_data=[(m.start, m.end) for m in maps if elf.is_libc(m.path) and m.perms[:2] == "rw"],
+        heap=next(((m.start, m.end) for m in maps if m.path == "[heap]"), (0, 0)),
+        anonymous=[(m.start, m.end) for m in maps
+                   if not m.path and m.perms[:2] == "rw" and m.perms[3] == "p"],
+        files=[(m.start, m.end, index[m.path], "x" in m.perms) for m in maps if m.path in index],
+        type_info_vtables=_type_info_vtables(pid, modules, exe))
+    mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        pagemap = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        pagemap = -1
+    try:
+        raw = _native.heap_census(mem, pagemap, **args)
+    finally:
+        os.close(mem)
+        if pagemap >= 0:
+            os.close(pagemap)
+    return summarize(raw, paths, time.monotonic() - started)
+
+
+def summarize(raw: dict, paths: list[str], seconds: float) -> dict:
+    if raw["problem"]:
+        return {"problem": raw["problem"]}
+    # Type ids (the walk's, 1-based) to demangled names; vtables of one type (one per module
+    # that emits it) are one row.
+    type_names = {}
+    types: dict[str, dict] = {}
+    for i, (vtable, mangled, module, count, nbytes) in enumerate(raw["types"], 1):
+        mangled = mangled.decode(errors="replace")
+        name = type_names[i] = symbolize.cxa_demangle(mangled) or mangled
+        if not count:
+            continue
+        t = types.setdefault(name, {"type": name, "module": paths[module] if module >= 0 else "",
+                                    "blocks": 0, "bytes": 0})
+        t["blocks"] += count
+        t["bytes"] += nbytes
+    arenas = []
+    frag_heaps = []
+    for a in raw["arenas"]:
+        heaps = []
+        for h in a["heaps"]:
+            space = h["live_end"] - h["lo"]
+            frag = (space - h["live"][1]) / space if space > 0 and h["live"][0] else 0.0
+            if h["live"][0]:
+                frag_heaps.append((space, h["live"][1], frag))
+            addr, size, type_id = h["last_live"]
+            heaps.append({
+                "lo": h["lo"], "hi": h["hi"], "chunks": h["chunks"],
+                "live_blocks": h["live"][0], "live_bytes": h["live"][1],
+                "fragmentation": frag, "resident_bytes": h["resident"],
+                "resident_live_bytes": h["resident_live"], "resident_free_bytes": h["resident_free"],
+                "top_pinned_by": ({"address": addr, "size": size,
+                                   "type": type_names.get(type_id, "")} if addr else None),
+                "problem": h["problem"]})
+        arenas.append({
+            "address": a["address"], "main": a["main"], "system_bytes": a["system_mem"],
+            "top_bytes": a["top_bytes"], "top_resident_bytes": a["top_resident"],
+            "free": {"bins": _tally(a["bins"]), "fastbins": _tally(a["fastbins"]),
+                     "tcache": _tally(a["tcache"]), "top": {"chunks": 1 if a["top_bytes"] else 0,
+                                                            "bytes": a["top_bytes"]}},
+            "free_bytes": a["bins"][1] + a["fastbins"][1] + a["tcache"][1] + a["top_bytes"],
+            "largest_free_chunk": a["largest_free"], "trimmable_bytes": a["trimmable"],
+            "uncertain_bytes": a["uncertain"], "problems": list(a["problems"]), "heaps": heaps})
+    space = sum(s for s, _, _ in frag_heaps)
+    live = sum(b for _, b, _ in frag_heaps)
+    by_size = [{"size": s, "blocks": c, "bytes": b} for s, c, b in raw["by_size"]]
+    total_blocks = sum(c for _, c, _ in raw["by_size"])
+    total_bytes = sum(b for _, _, b in raw["by_size"])
+    return {
+        "problem": "",
+        "arenas": arenas,
+        "mmapped": {"blocks": raw["mmapped"][0], "bytes": raw["mmapped"][1],
+                    "resident_bytes": raw["mmapped_resident"]},
+        "live": {"blocks": total_blocks, "bytes": total_bytes},
+        "by_size": by_size,
+        "by_type": sorted(types.values(), key=lambda t: -t["bytes"]),
+        "untyped": _tally(raw["untyped"], "blocks"),
+        "fragmentation": {"mean": sum(f for *_, f in frag_heaps) / len(frag_heaps)
+                          if frag_heaps else 0.0,
+                          "total": (space - live) / space if space else 0.0},
+        "trimmable_bytes": sum(a["trimmable_bytes"] for a in arenas),
+        "uncertain_bytes": raw["uncertain"],
+        "heap_bytes": raw["heap_bytes"], "bytes_read": raw["bytes_read"],
+        "walk_seconds": raw["elapsed_ns"] / 1e9, "seconds": seconds,
+    }
+
+
+def _tally(t, unit: str = "chunks") -> dict:
+    return {unit: t[0], "bytes": t[1]}

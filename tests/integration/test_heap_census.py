@@ -1,0 +1,184 @@
+"""The heap before attach (issue 33): glibc malloc's heap walked from outside while the target
+runs (memhook/heap_census.py, hook_cpp/census/), checked against what the target knows it holds
+and against glibc's own statistics (mallinfo, malloc_stats) taken at the same moment; the trim
+estimate against what malloc_trim(0) then really returns; a heap changing under the walk; a
+corrupt heap. On this host, and in the older and newer glibc roots of test_libcs.py."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+
+from conftest import TARGETS, Memhook, build, run_memhook
+from test_libcs import place, started  # noqa: F401 (a fixture)
+
+from memhook import heap_census, resident
+
+CLASSES = ("Order", "Session", "shapes::Plugin")
+
+
+def build_census_target(tmp_path):
+    lib = tmp_path / "libcensus_shapes.so"
+    subprocess.run(["g++", "-g", "-O0", "-shared", "-fPIC", str(TARGETS / "census_shapes.cpp"),
+                    "-o", str(lib)], check=True, capture_output=True)
+    return build(tmp_path, "heap_census.cpp",
+                 flags=["-L", str(tmp_path), f"-Wl,-rpath,{tmp_path}"], libs=["-lcensus_shapes"])
+
+
+def truth(target) -> dict:
+    """The target's own account, taken now: its live objects per class, mallinfo, and
+    malloc_stats' system and in-use bytes per arena (in glibc's order: main_arena, then next)."""
+    target.proc.stdin.write("truth\n")
+    target.proc.stdin.flush()
+    lines = []
+    while True:
+        line = target.expect("")
+        if line.startswith("done"):
+            break
+        lines.append(line)
+    text = "".join(lines)
+    words = re.search(r"classes Order (\d+) Session (\d+) shapes::Plugin (\d+)", text).groups()
+    info = dict(re.findall(r"(\w+) (\d+)", text.split("mallinfo", 1)[1].splitlines()[0]))
+    arenas = [(int(s), int(u)) for s, u in re.findall(
+        r"Arena \d+:\nsystem bytes\s+=\s+(\d+)\nin use bytes\s+=\s+(\d+)", text)]
+    return {"classes": dict(zip(CLASSES, map(int, words))),
+            "mallinfo": {k: int(v) for k, v in info.items()}, "arenas": arenas}
+
+
+def check_census(census: dict, own: dict, module: str) -> None:
+    """The census against the target's own account: classes exact, free bytes per arena within
+    1 % of malloc_stats (system - in use: bins, fastbins and top, as glibc counts free; tcache
+    counts as in use there), the two mmapped blocks, and the 32 MiB hole found trimmable."""
+    assert census["problem"] == "", census["problem"]
+    types = {t["type"]: t for t in census["by_type"]}
+    for name, count in own["classes"].items():
+        assert types[name]["blocks"] == count, (name, types.get(name))
+    assert types["shapes::Plugin"]["module"].endswith("/libcensus_shapes.so")
+    assert types["Order"]["module"] == module
+    assert len(census["arenas"]) == len(own["arenas"]) == 5
+    for a, (system, in_use) in zip(census["arenas"], own["arenas"]):
+        free = a["free"]["bins"]["bytes"] + a["free"]["fastbins"]["bytes"] + a["free"]["top"]["bytes"]
+        assert a["system_bytes"] == system
+        assert abs(free - (system - in_use)) <= 0.01 * (system - in_use), (a, system, in_use)
+    mi = own["mallinfo"]
+    total_free = sum(a["free_bytes"] - a["free"]["tcache"]["bytes"] for a in census["arenas"])
+    assert abs(total_free - mi["fordblks"]) <= 0.01 * mi["fordblks"], (total_free, mi)
+    assert census["mmapped"]["blocks"] == mi["hblks"] == 2
+    assert census["mmapped"]["bytes"] + 2 * 16 == mi["hblkhd"]
+    sizes = {s["size"]: s["blocks"] for s in census["by_size"]}
+    assert sizes[216] == own["classes"]["Session"]      # new Session: 208 bytes asked
+    assert sizes[2008] == 300 and sizes[7016] == 200    # the strings' buffers
+    assert census["uncertain_bytes"] == 0
+    main = census["arenas"][0]
+    assert main["main"] and main["heaps"][0]["top_pinned_by"]["size"] == 72  # malloc(64)
+    assert 30 << 20 <= census["trimmable_bytes"] <= 33 << 20
+
+
+def test_census_of_the_heap_before_attach(tmp_path, targets):
+    """What the issue's target held before attach, as the report gives it: classes exact, free
+    space per arena against malloc_stats, the resident table still summing to smaps with the
+    heap split, the 64 MiB mapping "the program's mmap", and the trim estimate within 10 % of
+    the RSS that malloc_trim(0) then returns."""
+    exe = build_census_target(tmp_path)
+    target = targets(exe)
+    mh = Memhook(target.pid, tmp_path)
+    own = truth(target)  # (the target idle since before attach: the same heap the census saw)
+    report = mh.stop()
+    check_census(report["heap_census"]["attach"], own, str(exe))
+    parts = {p["part"]: p for p in report["resident_memory"]["parts"]}
+    assert parts["anonymous (the program's mmap)"]["rss_bytes"] >= 32 << 20
+    assert parts["malloc's mmapped chunks"]["rss_bytes"] == 4202496
+    assert parts["malloc heap: free chunks (main arena)"]["rss_bytes"] >= 30 << 20
+    text = run_memhook("report", mh.capture).stdout
+    assert re.search(r"Held before attach \(glibc malloc's heap walked at attach.*\): "
+                     r"\d+ live blocks", text), text
+    assert re.search(r"^\s+23100\s+\S+ \S+\s+Order \(heap_census\)$", text, re.M), text
+    assert re.search(r"^\s+5000\s+\S+ \S+\s+shapes::Plugin \(libcensus_shapes\.so\)$", text,
+                     re.M), text
+    assert "the main heap's top is held by a live block of 72 B" in text
+    # The split table against smaps, the target idle: every field's sum is smaps' own.
+    census = heap_census.take(target.pid, "glibc", report["libc"].split()[1])
+    for _ in range(20):
+        before = resident.totals(target.pid)
+        table = resident.table(target.pid, census)
+        if resident.totals(target.pid) == before:
+            break
+    assert sum(p["rss_bytes"] for p in table) == before["Rss"]
+    assert sum(p["private_dirty_bytes"] for p in table) == before["Private_Dirty"]
+    # malloc_trim(0), called by the target itself: what it returned against the estimate.
+    line = target.ask("trim", "trim before").split()
+    dropped = int(line[2]) - int(line[4])
+    estimate = census["trimmable_bytes"]
+    assert abs(estimate - dropped) <= 0.1 * dropped, (estimate, dropped)
+    assert target.finish() == 0
+
+
+def test_census_while_threads_allocate_and_free(tmp_path, targets):
+    """Four threads replacing objects at full speed (their live count held at 4 x 5000 after
+    warm-up): every census ends, says what it could not read consistently, and counts within
+    1 % of the target's own tally."""
+    target = targets(build(tmp_path, "heap_churn.cpp", flags=["-O1"]))
+    tally = int(target.ask("tally", "tally").split()[1])
+    seen = []
+    for _ in range(10):
+        started_at = time.monotonic()
+        census = heap_census.take(target.pid, "glibc", glibc_here())
+        assert time.monotonic() - started_at < 10
+        assert census["problem"] == ""
+        types = {t["type"]: t["blocks"] for t in census["by_type"]}
+        seen.append((types.get("Churn", 0), census["uncertain_bytes"],
+                     [h["problem"] for a in census["arenas"] for h in a["heaps"] if h["problem"]]))
+    counts = sorted(c for c, _, _ in seen)
+    assert abs(counts[len(counts) // 2] - tally) <= 0.01 * tally, (seen, tally)
+    # What the walk could not read is said in bytes, and in words where it stopped.
+    for count, uncertain, problems in seen:
+        assert bool(uncertain) == bool(problems), seen
+    rounds = target.ask("rounds", "rounds")
+    assert target.finish() == 0, rounds
+
+
+def test_corrupt_heap_stops_the_walk_there_and_the_rest_stands(tmp_path, targets):
+    """A chunk header overwritten on purpose: the main heap's walk stops at it and says where;
+    the thread arenas, the mmapped chunks and the rest of the report stand; the target is
+    unharmed."""
+    exe = build_census_target(tmp_path)
+    target = targets(exe)
+    target.command("corrupt")
+    mh = Memhook(target.pid, tmp_path)
+    report = mh.stop()
+    census = report["heap_census"]["attach"]
+    main = census["arenas"][0]["heaps"][0]
+    assert re.fullmatch(r"chunk at 0x[0-9a-f]+ has an impossible header \(size field 0x7\): "
+                        r"the walk stopped there", main["problem"]), main
+    assert census["uncertain_bytes"] > 0
+    assert [h["live_blocks"] for a in census["arenas"][1:] for h in a["heaps"]] == [900] * 4
+    assert census["mmapped"]["blocks"] == 2
+    text = run_memhook("report", mh.capture).stdout
+    assert "not walked: chunk at 0x" in text and "uncertain:" in text, text
+    assert report["totals"]["alloc_count"] == 0
+    target.command("truth")  # (malloc's statistics walk the heap's bins: still sound)
+    assert target.finish() == 0
+
+
+def test_census_in_older_and_newer_glibc(tmp_path, place):  # noqa: F811
+    """The same target built and run in the Debian 11 (glibc 2.31) and 13 (2.41) roots, under
+    chroot and in a mount namespace: the same results as on this host."""
+    d = place.workdir()
+    for f in ("harness.h", "heap_census.cpp", "census_shapes.cpp"):
+        shutil.copy(TARGETS / f, d / f)
+    place.sh(d, "g++ -g -O0 -shared -fPIC census_shapes.cpp -o libcensus_shapes.so && "
+                "g++ -g -O0 -I. heap_census.cpp -o heap_census -L. -lcensus_shapes "
+                f"-Wl,-rpath,{place.inside(d)} -lpthread")
+    target = started(place, d / "heap_census")
+    mh = Memhook(target.pid, tmp_path)
+    own = truth(target)
+    report = mh.stop()
+    assert report["libc"] == place.libc
+    check_census(report["heap_census"]["attach"], own, place.seen(d / "heap_census"))
+    assert target.finish() == 0
+
+
+def glibc_here() -> str:
+    out = subprocess.run(["ldd", "--version"], capture_output=True, text=True).stdout
+    return re.search(r"(\d+\.\d+)\s*$", out.splitlines()[0]).group(1)
