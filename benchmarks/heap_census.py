@@ -22,12 +22,12 @@ def census_in_child(pid: int) -> dict:
     """One census in a fresh Python: its result's timing and the process's peak RSS growth."""
     code = ("import json, resource, sys; from memhook import heap_census;"
             "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
-            f"c = heap_census.take({pid}, 'glibc', sys.argv[1]);"
+            f"c, blocks = heap_census.take({pid}, 'glibc', sys.argv[1], keep_blocks=True);"
             "r1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
             "print(json.dumps({'walk': c['walk_seconds'], 'total': c['seconds'],"
             " 'heap': c['heap_bytes'], 'blocks': c['live']['blocks'], 'read': c['bytes_read'],"
             " 'uncertain': c['uncertain_bytes'], 'rss_kib': r1 - r0,"
-            " 'types': c['by_type'][:1]}))")
+            " 'types': c['by_type'][:1], 'kept_mib': blocks.memory_bytes() / 2**20}))")
     out = subprocess.run([sys.executable, "-c", code, glibc()], capture_output=True, text=True,
                          check=True, cwd="/").stdout
     return json.loads(out)
@@ -69,7 +69,8 @@ def main():
     print(f"walk (native)            : {spread(walk, ' s')}  = "
           f"{spread([heap_gib / w for w in walk], ' GiB/s')}")
     print(f"census (with /proc, ELF) : {spread(total, ' s')}")
-    print(f"memhook's peak RSS growth: {spread(rss, ' MiB', 1)}")
+    print(f"memhook's peak RSS growth: {spread(rss, ' MiB', 1)} (the blocks kept to match frees: "
+          f"{r['kept_mib']:.1f} MiB)")
     print(f"target's longest stall   : idle {spread(idle_gap, ' ms')}, "
           f"during the census {spread(census_gap, ' ms')}")
     pauses = {"with": [], "without": []}

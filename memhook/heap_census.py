@@ -52,13 +52,15 @@ def _type_info_vtables(pid: int, modules: dict, exe: str) -> list[int]:
     return out
 
 
-def take(pid: int, libc: str, libc_version: str) -> dict:
-    """The census as the capture keeps it, or {"problem": why there is none}."""
+def take(pid: int, libc: str, libc_version: str, keep_blocks: bool = False) -> tuple:
+    """The census as the capture keeps it (or {"problem": why there is none}), and with
+    `keep_blocks` its live blocks (_native.CensusBlocks) for Consumer.match_census, else None."""
     if libc != "glibc":
-        return {"problem": f"the heap census reads glibc's malloc; this target's libc is {libc}"}
+        return {"problem": f"the heap census reads glibc's malloc; this target's libc is "
+                           f"{libc}"}, None
     minor = _glibc_minor(libc_version)
     if minor is None:
-        return {"problem": f"glibc version {libc_version or 'unknown'}: no heap census"}
+        return {"problem": f"glibc version {libc_version or 'unknown'}: no heap census"}, None
     started = time.monotonic()
     maps = procfs.read_maps(pid)
     modules = elf.modules(pid)
@@ -75,7 +77,7 @@ def take(pid: int, libc: str, libc_version: str) -> dict:
         anonymous=[(m.start, m.end) for m in maps
                    if not m.path and m.perms[:2] == "rw" and m.perms[3] == "p"],
         files=[(m.start, m.end, index[m.path], "x" in m.perms) for m in maps if m.path in index],
-        type_info_vtables=_type_info_vtables(pid, modules, exe))
+        type_info_vtables=_type_info_vtables(pid, modules, exe), keep_blocks=keep_blocks)
     mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
     try:
         pagemap = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY | os.O_CLOEXEC)
@@ -87,7 +89,7 @@ def take(pid: int, libc: str, libc_version: str) -> dict:
         os.close(mem)
         if pagemap >= 0:
             os.close(pagemap)
-    return summarize(raw, paths, time.monotonic() - started)
+    return summarize(raw, paths, time.monotonic() - started), raw["blocks"]
 
 
 def summarize(raw: dict, paths: list[str], seconds: float) -> dict:
@@ -154,7 +156,31 @@ def summarize(raw: dict, paths: list[str], seconds: float) -> dict:
         "uncertain_bytes": raw["uncertain"],
         "heap_bytes": raw["heap_bytes"], "bytes_read": raw["bytes_read"],
         "walk_seconds": raw["elapsed_ns"] / 1e9, "seconds": seconds,
+        "type_names": [""] + [type_names[i] for i in range(1, len(raw["types"]) + 1)],
     }
+
+
+def freed_in_session(census: dict, classes: list) -> dict:
+    """The census's blocks the session saw freed (Consumer.census_classes: per usable size and
+    type id, the blocks at attach and how many were freed), by type and by size: how many of
+    each were freed, how many are still held at detach."""
+    names = census.get("type_names") or [""]
+    by_type: dict[str, dict] = {}
+    by_size: dict[int, dict] = {}
+    total = {"freed_blocks": 0, "freed_bytes": 0, "held_blocks": 0, "held_bytes": 0}
+    for usable, type_id, blocks, freed in classes:
+        rows = [by_size.setdefault(usable, {"size": usable, **dict.fromkeys(total, 0)}), total]
+        name = names[type_id] if type_id < len(names) else ""
+        if name:
+            rows.append(by_type.setdefault(name, {"type": name, **dict.fromkeys(total, 0)}))
+        for r in rows:
+            r["freed_blocks"] += freed
+            r["freed_bytes"] += freed * usable
+            r["held_blocks"] += blocks - freed
+            r["held_bytes"] += (blocks - freed) * usable
+    return {**total,
+            "by_type": sorted(by_type.values(), key=lambda r: -r["freed_bytes"]),
+            "by_size": sorted(by_size.values(), key=lambda r: -r["freed_bytes"])}
 
 
 def _tally(t, unit: str = "chunks") -> dict:

@@ -303,13 +303,18 @@ class Session:
 
     def take_census(self, when: str) -> None:
         """The heap census (heap_census.py), kept under `when`; its failure is said, never
-        raised: the session goes on without it."""
+        raised: the session goes on without it. The census at attach keeps its blocks, and the
+        consumer matches the frees of pointers it never saw allocated to them."""
         if not self.options.heap_census:
             return
         try:
-            self.census[when] = heap_census.take(self.pid, *self.libc_kind)
+            self.census[when], blocks = heap_census.take(self.pid, *self.libc_kind,
+                                                         keep_blocks=when == "attach")
         except (OSError, ValueError, RuntimeError) as e:
             self.census[when] = {"problem": f"the heap census failed: {e}"}
+            return
+        if blocks is not None:
+            self.consumer.match_census(blocks)
 
     def poll_loads(self, rescan: bool = False) -> bool:
         """Libraries the target loaded or unloaded since the last call: their unwind rows built
@@ -399,6 +404,10 @@ class Session:
         self.consumer.stop()
         self.consumer.drain(final=True)
         self._reconcile()
+        at = self.census.get("attach")
+        if at and not at.get("problem"):
+            at["freed_in_session"] = heap_census.freed_in_session(
+                at, self.consumer.census_classes())
         self.consumer.release_rings()
 
     def _reconcile(self) -> None:

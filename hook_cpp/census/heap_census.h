@@ -6,12 +6,14 @@
 // validated as read, and what cannot be read consistently is counted as uncertain.
 #pragma once
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "census_blocks.h"
 #include "dynamic_types.h"
 #include "glibc_malloc.h"
 #include "target_memory.h"
@@ -65,13 +67,17 @@ struct Census {
   std::vector<DynamicTypes::Type> types;
   uint64_t tcache_structs = 0, uncertain = 0, heap_bytes = 0, bytes_read = 0, elapsed_ns = 0;
   std::vector<std::string> problems;
+  std::shared_ptr<CensusBlocks> blocks;  // the live blocks, when kept (to match later frees)
 };
 
 class HeapCensus {
  public:
-  HeapCensus(int mem_fd, int pagemap_fd, CensusInput in)
+  // keep_blocks: keep every live block found (census_blocks.h, 6 bytes each).
+  HeapCensus(int mem_fd, int pagemap_fd, CensusInput in, bool keep_blocks)
       : mem_(mem_fd), pagemap_fd_(pagemap_fd), in_(std::move(in)),
-        l_(MallocLayout::of(in_.minor)), types_(mem_, in_.files, in_.type_info_vtables) {}
+        l_(MallocLayout::of(in_.minor)), types_(mem_, in_.files, in_.type_info_vtables) {
+    if (keep_blocks) c_.blocks = std::make_shared<CensusBlocks>();
+  }
 
   Census run() {
     const auto t0 = std::chrono::steady_clock::now();
@@ -84,9 +90,10 @@ class HeapCensus {
         census_arena(a, a == c_.main_arena);
         if (!mem_.word(a + l_.next, &a) || a == c_.main_arena || !a) break;
       }
+      census_mmapped();
+      if (c_.blocks) c_.blocks->seal();
       // After every arena's walk: a thread's tcache holds chunks of any arena.
       for (auto& t : tcache_candidates_) check_tcache(t);
-      census_mmapped();
     }
     c_.by_type.resize(types_.types().size());
     for (size_t i = 0; i < by_type_.size() && i < c_.by_type.size(); i++) c_.by_type[i] = by_type_[i];
@@ -175,6 +182,7 @@ class HeapCensus {
       if (in_use && !in_fastbin) {
         const uint32_t type = types_.type_of(ch.first_word);
         count_live(ch.size - kSizeSz, type, +1);
+        if (c_.blocks) c_.blocks->add(h.lo, ch.addr + 16, ch.size - kSizeSz, type);
         hs.live.add(ch.size - kSizeSz);
         hs.resident_live += res;
         hs.live_end = ch.addr + ch.size;
@@ -281,12 +289,14 @@ class HeapCensus {
     if (!any && t.chunk != own.heap.first) return;
     c_.tcache_structs++;
     count_live(l_.tcache_chunk - kSizeSz, t.type, -1);
+    if (c_.blocks) c_.blocks->remove(t.chunk + 16);
     own.live.sub(l_.tcache_chunk - kSizeSz);
     own.resident_live -= own.pages.bytes(t.chunk, t.chunk + l_.tcache_chunk);
     for (auto [chunk, size] : entries) {
       uint64_t w = 0;
       mem_.word(chunk + 16, &w);
       count_live(size - kSizeSz, types_.type_of(w), -1);
+      if (c_.blocks) c_.blocks->remove(chunk + 16);
       for (ArenaStats& as : c_.arenas)
         for (HeapStats& hs : as.heaps)
           if (chunk >= hs.heap.lo && chunk < hs.heap.hi) {
@@ -320,7 +330,9 @@ class HeapCensus {
         if (!paged) pages = ResidentPages(pagemap_fd_, lo, hi), paged = true;
         c_.mmapped.add(s - 2 * kSizeSz);
         c_.mmapped_resident += pages.bytes(p, p + s);
-        count_live(s - 2 * kSizeSz, types_.type_of(hdr[2]), +1);
+        const uint32_t type = types_.type_of(hdr[2]);
+        count_live(s - 2 * kSizeSz, type, +1);
+        if (c_.blocks) c_.blocks->add(p, p + 16, s - 2 * kSizeSz, type);
         c_.mmapped_ranges.push_back({p, p + s});
         p += s;
       }

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
+#include "census_blocks.h"
 #include "live_map.h"
 #include "operations.h"
 
@@ -104,6 +106,7 @@ class Aggregates {
       LiveMap::Block* b = live_.find(e.ptr);
       if (!b) {
         unknown_frees_++;
+        if (census_ && census_->freed(e.ptr)) census_frees_++;
         return;
       }
       if (record_events_) log_.push_back({e.ts, e.ptr, b->size, b->stack, e.tid, e.op, 1, {}});
@@ -220,6 +223,10 @@ class Aggregates {
     for (const auto& [k, count] : thread_pairs_) f(k, count);
   }
   uint64_t unknown_frees() const { return unknown_frees_; }
+  // The census's blocks (census/census_blocks.h): unknown frees are matched to them.
+  void match_census(std::shared_ptr<census::CensusBlocks> blocks) { census_ = std::move(blocks); }
+  const census::CensusBlocks* census() const { return census_.get(); }
+  uint64_t census_frees() const { return census_frees_; }
   uint64_t replaced_live() const { return replaced_live_; }
   uint64_t reconciled_frees() const { return reconciled_frees_; }
   double sample_rate() const { return sample_rate_; }
@@ -285,7 +292,8 @@ class Aggregates {
   std::vector<Site> sites_;
   std::vector<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
   LiveMap live_;
-  uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0;
+  uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0, census_frees_ = 0;
+  std::shared_ptr<census::CensusBlocks> census_;
   std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kPerThread, LastAlloc{0, 0});
   std::vector<ThreadCalls> thread_calls_ = std::vector<ThreadCalls>(kPerThread);
   std::unordered_map<ThreadPair, uint64_t, ThreadPairHash> thread_pairs_;

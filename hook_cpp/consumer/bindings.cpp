@@ -314,6 +314,7 @@ py::dict census_dict(const census::Census& c) {
   d["heap_bytes"] = c.heap_bytes;
   d["bytes_read"] = c.bytes_read;
   d["elapsed_ns"] = c.elapsed_ns;
+  d["blocks"] = c.blocks ? py::cast(c.blocks) : py::none();
   return d;
 }
 
@@ -380,7 +381,7 @@ PYBIND11_MODULE(_native, m) {
          std::vector<std::pair<uint64_t, uint64_t>> libc_data, std::pair<uint64_t, uint64_t> heap,
          std::vector<std::pair<uint64_t, uint64_t>> anonymous,
          std::vector<std::tuple<uint64_t, uint64_t, int32_t, bool>> files,
-         std::vector<uint64_t> type_info_vtables) {
+         std::vector<uint64_t> type_info_vtables, bool keep_blocks) {
         census::CensusInput in;
         in.minor = minor;
         in.libc_data = std::move(libc_data);
@@ -392,14 +393,18 @@ PYBIND11_MODULE(_native, m) {
         census::Census c;
         {
           py::gil_scoped_release unlocked;
-          c = census::HeapCensus(mem_fd, pagemap_fd, std::move(in)).run();
+          c = census::HeapCensus(mem_fd, pagemap_fd, std::move(in), keep_blocks).run();
         }
         return census_dict(c);
       },
       py::arg("mem_fd"), py::arg("pagemap_fd"), py::arg("glibc_minor"), py::arg("libc_data"),
       py::arg("heap"), py::arg("anonymous"), py::arg("files"), py::arg("type_info_vtables"),
+      py::arg("keep_blocks") = false,
       "Walk glibc malloc's heap in a running process (census/heap_census.h), reading its "
-      "/proc/PID/mem and /proc/PID/pagemap fds.");
+      "/proc/PID/mem and /proc/PID/pagemap fds; `keep_blocks`: its result's \"blocks\" are "
+      "the live blocks found, for Consumer.match_census.");
+  py::class_<census::CensusBlocks, std::shared_ptr<census::CensusBlocks>>(m, "CensusBlocks")
+      .def("memory_bytes", &census::CensusBlocks::memory_bytes);
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
@@ -550,6 +555,23 @@ PYBIND11_MODULE(_native, m) {
       .def("take_events", &take_events)
       .def("late_slots", &late_slots)
       .def("any_busy", &Consumer::any_busy)
+      .def("match_census",
+           [](Consumer& c, std::shared_ptr<census::CensusBlocks> blocks) {
+             auto lock = c.lock();
+             c.aggregates().match_census(std::move(blocks));
+           },
+           py::arg("blocks"),
+           "Match the frees of pointers never seen allocated to the census's blocks.")
+      .def("census_classes",
+           [](const Consumer& c) {
+             // (usable, type id, blocks at the census, freed since) per class with blocks.
+             auto lock = c.lock();
+             std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>> out;
+             if (const census::CensusBlocks* b = c.aggregates().census())
+               for (const auto& k : b->classes())
+                 if (k.blocks) out.emplace_back(k.usable, k.type, k.blocks, k.freed);
+             return out;
+           })
       .def("release_rings", &Consumer::release_rings, py::call_guard<py::gil_scoped_release>())
       .def("ticks_to_ns", &Consumer::ticks_to_ns)
       .def_property_readonly("clock_origin", &Consumer::clock_origin)

@@ -4,14 +4,17 @@ from __future__ import annotations
 from ..format import duration_text, frame_text, human_bytes, one_line
 
 
-def process_memory_text(pm: dict) -> str:
+def process_memory_text(pm: dict, explained: bool = False) -> str:
     """The process's memory beside what this session saw allocated: the rest is not a leak
-    finding, it is everything memhook did not see."""
+    finding, it is everything else (`explained`: the resident table and the heap census say
+    what it is)."""
+    rest = (" (blocks allocated before attach, the allocator's overhead and the free memory it"
+            " keeps, memory not from malloc" + ("; the tables below say which)" if explained
+                                                  else ")"))
     return (f"resident {human_bytes(pm['rss_bytes'])}, anonymous {human_bytes(pm['anon_bytes'])};"
             f" blocks allocated in this session and still live {human_bytes(pm['live_bytes'])};"
             f" anonymous memory not accounted for by them {human_bytes(max(pm['gap_bytes'], 0))}"
-            " (blocks allocated before attach, the allocator's overhead and the free memory it"
-            " keeps, memory not from malloc)" + (f" — {pm['note']}" if pm.get("note") else ""))
+            + rest + (f" — {pm['note']}" if pm.get("note") else ""))
 
 
 def dropped_frees_lines(t: dict) -> list[str]:
@@ -52,6 +55,18 @@ def resident_lines(res: dict | None, shown: int = 12) -> list[str]:
     return lines
 
 
+def census_ok(report: dict) -> bool:
+    at = (report.get("heap_census") or {}).get("attach") or {}
+    return bool(at) and not at.get("problem")
+
+
+def census_frees_text(report: dict) -> str:
+    """How many unknown frees freed blocks the census found before attach."""
+    freed = ((report.get("heap_census") or {}).get("attach") or {}).get("freed_in_session")
+    return (f" ({freed['freed_blocks']} of them blocks held before attach, as the heap census "
+            "found them)") if freed else ""
+
+
 def _module(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
@@ -71,17 +86,34 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
     lines = [f"Held before attach (glibc malloc's heap walked at attach, "
              f"{human_bytes(at['heap_bytes'])} in {duration_text(at['walk_seconds'] * 1e9)}): "
              f"{live['blocks']} live blocks, {human_bytes(live['bytes'])}"]
+    freed = at.get("freed_in_session")
+    if freed:
+        lines.append(f"  freed during the session: {freed['freed_blocks']} of them, "
+                     f"{human_bytes(freed['freed_bytes'])}; still held at detach: "
+                     f"{freed['held_blocks']}, {human_bytes(freed['held_bytes'])}")
+    head = f"  {'blocks':>10} {'bytes':>10}" + (f" {'freed':>10} {'held':>10}" if freed else "")
+
+    def row(blocks: int, nbytes: int, key: str, value, what: str) -> str:
+        line = f"  {blocks:>10} {human_bytes(nbytes):>10}"
+        if freed:
+            f = next((r for r in freed[key] if r[value[0]] == value[1]), None)
+            line += (f" {f['freed_blocks']:>10} {f['held_blocks']:>10}" if f
+                     else f" {0:>10} {blocks:>10}")
+        return line + f"  {what}"
+
     if at["by_type"]:
-        lines.append(f"  {'blocks':>10} {'bytes':>10}  C++ type (its vtable's module)")
+        lines.append(head + "  C++ type (its vtable's module)")
         for t in at["by_type"][:shown]:
-            lines.append(f"  {t['blocks']:>10} {human_bytes(t['bytes']):>10}  "
-                         f"{one_line(t['type'])} ({_module(t['module'])})")
+            lines.append(row(t["blocks"], t["bytes"], "by_type", ("type", t["type"]),
+                             f"{one_line(t['type'])} ({_module(t['module'])})"))
         lines.append(f"  {at['untyped']['blocks']:>10} {human_bytes(at['untyped']['bytes']):>10}"
-                     "  without a vtable (C structs, strings, arrays)")
+                     + " " * (22 if freed else 0)
+                     + "  without a vtable (C structs, strings, arrays)")
     sizes = sorted(at["by_size"], key=lambda s: -s["bytes"])
-    lines.append(f"  {'blocks':>10} {'bytes':>10}  usable size (largest share first)")
+    lines.append(head + "  usable size (largest share first)")
     for s in sizes[:shown]:
-        lines.append(f"  {s['blocks']:>10} {human_bytes(s['bytes']):>10}  {s['size']} B")
+        lines.append(row(s["blocks"], s["bytes"], "by_size", ("size", s["size"]),
+                         f"{s['size']} B"))
     if len(sizes) > shown:
         rest = sizes[shown:]
         lines.append(f"  {sum(s['blocks'] for s in rest):>10} "
@@ -150,7 +182,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
         f"  outstanding {t['outstanding_count']} blocks, {t['outstanding_bytes']} bytes "
         f"({human_bytes(t['outstanding_bytes'])})",
-        f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}; "
+        f"  unknown frees (allocated before attach or filtered): {t['unknown_free_count']}"
+        + census_frees_text(report) + "; "
         f"dropped events: {t['dropped_events']}",
     ]
     lines += dropped_frees_lines(t)
@@ -159,7 +192,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")
     pm = report.get("process_memory")
     if pm:
-        lines.append("  process: " + process_memory_text(pm))
+        lines.append("  process: " + process_memory_text(
+            pm, explained=bool(report.get("resident_memory") and census_ok(report))))
     lines += resident_lines(report.get("resident_memory"))
     lines += census_lines(report.get("heap_census"))
     for m in report.get("unsymbolized_modules", []):

@@ -84,21 +84,33 @@ def test_census_of_the_heap_before_attach(tmp_path, targets):
     target = targets(exe)
     mh = Memhook(target.pid, tmp_path)
     own = truth(target)  # (the target idle since before attach: the same heap the census saw)
+    target.command("free")  # pre-attach blocks freed in the session: matched to the census
     report = mh.stop()
     check_census(report["heap_census"]["attach"], own, str(exe))
+    freed = report["heap_census"]["attach"]["freed_in_session"]
+    by_type = {r["type"]: r for r in freed["by_type"]}
+    assert (by_type["Order"]["freed_blocks"], by_type["Order"]["held_blocks"]) == (1000, 22100)
+    assert by_type["shapes::Plugin"]["freed_blocks"] == 500
+    assert by_type["Session"]["freed_blocks"] == 0
+    by_size = {r["size"]: r for r in freed["by_size"]}
+    assert by_size[1052656]["freed_blocks"] == 1  # the mmapped 1 MiB block
+    assert freed["freed_blocks"] == 1501
+    assert report["totals"]["unknown_free_count"] == 1501
     parts = {p["part"]: p for p in report["resident_memory"]["parts"]}
     assert parts["anonymous (the program's mmap)"]["rss_bytes"] >= 32 << 20
-    assert parts["malloc's mmapped chunks"]["rss_bytes"] == 4202496
+    assert parts["malloc's mmapped chunks"]["rss_bytes"] == 3149824  # (the 1 MiB one freed)
     assert parts["malloc heap: free chunks (main arena)"]["rss_bytes"] >= 30 << 20
     text = run_memhook("report", mh.capture).stdout
     assert re.search(r"Held before attach \(glibc malloc's heap walked at attach.*\): "
                      r"\d+ live blocks", text), text
-    assert re.search(r"^\s+23100\s+\S+ \S+\s+Order \(heap_census\)$", text, re.M), text
-    assert re.search(r"^\s+5000\s+\S+ \S+\s+shapes::Plugin \(libcensus_shapes\.so\)$", text,
-                     re.M), text
+    assert re.search(r"^\s+5000\s+\S+ \S+\s+500\s+4500\s+shapes::Plugin "
+                     r"\(libcensus_shapes\.so\)$", text, re.M), text
     assert "the main heap's top is held by a live block of 72 B" in text
+    assert "freed during the session: 1501 of them" in text, text
+    assert re.search(r"^\s+23100\s+\S+ \S+\s+1000\s+22100\s+Order \(heap_census\)$", text,
+                     re.M), text
     # The split table against smaps, the target idle: every field's sum is smaps' own.
-    census = heap_census.take(target.pid, "glibc", report["libc"].split()[1])
+    census, _ = heap_census.take(target.pid, "glibc", report["libc"].split()[1])
     for _ in range(20):
         before = resident.totals(target.pid)
         table = resident.table(target.pid, census)
@@ -123,7 +135,7 @@ def test_census_while_threads_allocate_and_free(tmp_path, targets):
     seen = []
     for _ in range(10):
         started_at = time.monotonic()
-        census = heap_census.take(target.pid, "glibc", glibc_here())
+        census, _ = heap_census.take(target.pid, "glibc", glibc_here())
         assert time.monotonic() - started_at < 10
         assert census["problem"] == ""
         types = {t["type"]: t["blocks"] for t in census["by_type"]}

@@ -7,4 +7,5 @@ struct Plugin {
   long state[6];
 };
 Plugin* make_plugin() { return new Plugin(); }
+void drop_plugin(Plugin* p) { delete p; }
 }  // namespace shapes

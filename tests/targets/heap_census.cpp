@@ -5,7 +5,8 @@
  * own arenas, two blocks above the mmap threshold, and a 64 MiB anonymous mapping half touched.
  * Commands: "truth" prints the counts and glibc's own statistics (mallinfo, malloc_stats),
  * "trim" calls malloc_trim(0) and prints RSS before and after, "corrupt" overwrites a live
- * chunk's header. Nothing here allocates after setup but what a command says. */
+ * chunk's header, "free" frees some of what was allocated before (1000 Orders, 500 Plugins,
+ * the 1 MiB block). Nothing here allocates after setup but what a command says. */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 namespace shapes {
 struct Plugin;
 Plugin* make_plugin();
+void drop_plugin(Plugin*);
 }  // namespace shapes
 
 struct Order {
@@ -112,6 +114,13 @@ int main() {
       long before = rss_bytes();
       malloc_trim(0);
       printf("trim before %ld after %ld\n", before, rss_bytes());
+    } else if (!strcmp(cmd, "free")) {
+      int n = 0;
+      for (int i = 1; n < 1000; i++)
+        if (i % 40) delete orders[i], orders[i] = NULL, n++;
+      for (int i = 0; i < 500; i++) shapes::drop_plugin(plugins[i]);
+      free(big[0]);
+      live_orders -= 1000;
     } else if (!strcmp(cmd, "corrupt")) {
       ((size_t*)sessions[kSessions / 2 + 1])[-1] = 0x7; /* size 0, every flag */
     }

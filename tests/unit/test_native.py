@@ -15,7 +15,7 @@ NATIVE = Path(__file__).parent / "native"
 def compile_and_run(tmp_path: Path, source: str) -> str:
     exe = tmp_path / Path(source).stem
     subprocess.run(["g++", "-std=c++17", "-O1", "-g", *(f"-I{HOOK_CPP / d}" for d in (
-        "common", "consumer", "arch/x86_64")), str(NATIVE / source), "-o", str(exe)],
+        "common", "consumer", "census", "arch/x86_64")), str(NATIVE / source), "-o", str(exe)],
         check=True, capture_output=True, text=True)
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
