@@ -1,5 +1,6 @@
 """Command line: `memhook -p PID ...` attaches (commands/attach.py); `memhook report FILE`
-reports on a capture (commands/report.py). Every failure is one line and an exit code.
+reports on a capture (commands/report.py); `memhook trim -p PID` calls malloc_trim(0) in a
+process (commands/trim.py). Every failure is one line and an exit code.
 
 Only the standard library's os, signal and sys are imported before main() holds a handler for
 Ctrl-C: everything else (numpy takes a tenth of a second) is imported under it, so an early
@@ -34,6 +35,9 @@ def run(argv: list[str]) -> int:
         if argv and argv[0] == "report":
             from .commands.report import run_report
             return run_report(argv[1:])
+        if argv and argv[0] == "trim":
+            from .commands.trim import run_trim
+            return run_trim(argv[1:])
         from .commands.attach import run_attach
         return run_attach(argv)
     except UsageError as e:

@@ -26,7 +26,7 @@ DT_NULL, DT_DEBUG = 0, 21
 DT_PLTRELSZ, DT_RELA, DT_RELASZ, DT_JMPREL = 2, 7, 8, 23
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
 STB_GLOBAL, STB_WEAK = 1, 2
-HELPERS = {"dlerror", "__libc_dlopen_mode", "munmap"}  # what the agent calls, besides the hooks
+HELPERS = {"dlerror", "__libc_dlopen_mode", "munmap", "malloc_trim"}  # the agent calls these too
 # Objects whose allocation functions are the ones memhook's slots are made for: the libcs, their
 # loaders, the C++ runtimes' operator new, memhook's own library.
 OWN_ALLOCATOR = re.compile(r"^(libc[.-]|ld-linux|ld-musl|libstdc\+\+|libc\+\+|libmemhook)")

@@ -62,6 +62,22 @@ ENTRY_REFUSALS = {
     "planned": "the hook library did not get to it"}
 
 
+def check_target(pid: int) -> procfs.ProcessInfo:
+    """A process GDB can attach to now: alive, running, traced by no one else."""
+    info = procfs.process_info(pid)
+    tracer = procfs.tracer(pid)
+    if tracer:
+        raise TargetError(f"PID {pid} is already traced by PID {tracer} "
+                          f"({procfs.command_name(tracer)}): detach that debugger first")
+    st = procfs.state(pid)
+    if st in "ZX":
+        raise TargetError(f"PID {pid} is a zombie: it has exited and runs no code")
+    if st in "tT":
+        raise TargetError(f"PID {pid} is stopped (SIGSTOP or a debugger): "
+                          "resume it first (kill -CONT) or detach the other debugger")
+    return info
+
+
 def hook_library(libc: str = "glibc") -> str:
     """The hook library a target on this libc loads: the glibc build, or the musl build in
     musl/ (built only where musl-gcc was found)."""
@@ -157,17 +173,7 @@ class Session:
         """Everything done while the target runs untouched: checks, the scan for slots, unwind
         rows, the shared segment, the library copy and the request for the way in."""
         self.options.check()
-        self.info = procfs.process_info(self.pid)
-        tracer = procfs.tracer(self.pid)
-        if tracer:
-            raise TargetError(f"PID {self.pid} is already traced by PID {tracer} "
-                              f"({procfs.command_name(tracer)}): detach that debugger first")
-        st = procfs.state(self.pid)
-        if st in "ZX":
-            raise TargetError(f"PID {self.pid} is a zombie: it has exited and runs no code")
-        if st in "tT":
-            raise TargetError(f"PID {self.pid} is stopped (SIGSTOP or a debugger): "
-                              "resume it first (kill -CONT) or detach the other debugger")
+        self.info = check_target(self.pid)
         remove_stale(self.pid)
         layout = elf.scan(self.pid, self.info.exe)
         library = self.library = hook_library(layout.libc)

@@ -1,1 +1,2 @@
-"""The two commands: `memhook -p PID` (attach.py) and `memhook report FILE` (report.py)."""
+"""The commands: `memhook -p PID` (attach.py), `memhook report FILE` (report.py) and
+`memhook trim -p PID` (trim.py)."""

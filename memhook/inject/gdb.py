@@ -21,7 +21,7 @@ from dataclasses import asdict
 from importlib import resources
 
 from ..procfs import TargetError
-from .requests import AttachRequest, DetachRequest
+from .requests import AttachRequest, DetachRequest, TrimRequest
 
 GDB_TIMEOUT_S = 120
 MARKER = "MEMHOOK_RESULT "
@@ -48,7 +48,7 @@ def find_gdb() -> str:
     return gdb
 
 
-def run_agent(request: AttachRequest | DetachRequest) -> dict:
+def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
     """Run the agent on `request`; return what it reported. Raises TargetError on failure."""
     params = asdict(request)
     gdb = find_gdb()
@@ -93,12 +93,18 @@ class GdbWayIn:
     TRIES = 5  # every thread mid-allocation ("busy:"): the moment passes, try again
 
     def attach(self, request: AttachRequest) -> dict:
+        return self._until_not_busy(request)
+
+    def detach(self, request: DetachRequest) -> dict:
+        return run_agent(request)
+
+    def trim(self, request: TrimRequest) -> dict:
+        return self._until_not_busy(request)
+
+    def _until_not_busy(self, request) -> dict:
         for attempt in range(self.TRIES):
             result = run_agent(request)
             if not result.get("error", "").startswith("busy:") or attempt + 1 == self.TRIES:
                 return result
             time.sleep(0.05)
         return result
-
-    def detach(self, request: DetachRequest) -> dict:
-        return run_agent(request)

@@ -261,6 +261,14 @@ def leave_nothing_patched(P, base):
         wr(base + P["symbols"]["memhook_active"], P["layout"]["mode_off"], 4)
 
 
+def do_trim(P, out):
+    """malloc_trim(0): it takes each arena's lock in turn, so the other threads run meanwhile
+    (GDB's default for a call) and the calling thread holds none when it starts."""
+    if not stop_at_allocator_entry(P):
+        pick_thread(P)
+    out["result"] = call("int(*)(long)", P["malloc_trim"], 0)
+
+
 def do_detach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
@@ -304,7 +312,7 @@ def main(P):
     t_attached = time.monotonic()
     INF = gdb.selected_inferior()
     try:
-        (do_attach if P["action"] == "attach" else do_detach)(P, out)
+        {"attach": do_attach, "detach": do_detach, "trim": do_trim}[P["action"]](P, out)
     except Exception as e:  # reported to memhook, which prints one line
         out["error"] = str(e)
     finally:

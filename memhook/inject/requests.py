@@ -70,3 +70,18 @@ class DetachRequest:
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "detach"
+
+
+@dataclass(frozen=True)
+class TrimRequest:
+    """Call malloc_trim(0) in the target (memhook trim), on a thread that holds no allocator
+    lock (stopped at malloc's entry, or blocked in the kernel), other threads running."""
+    pid: int
+    malloc_trim: int
+    malloc: int
+    entry_wait_s: float
+    libc_text: list
+    loader_text: list
+    loader_blocks_signals: bool = False
+    arch: dict = field(default_factory=arch_layout)
+    action: str = "trim"

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from conftest import TARGETS, Memhook, build, run_memhook
-from test_libcs import place, started  # noqa: F401 (a fixture)
+from test_libcs import musl_target, place, started  # noqa: F401 (fixtures)
 
 from memhook import heap_census, resident
 
@@ -171,6 +171,43 @@ def test_corrupt_heap_stops_the_walk_there_and_the_rest_stands(tmp_path, targets
     assert report["totals"]["alloc_count"] == 0
     target.command("truth")  # (malloc's statistics walk the heap's bins: still sound)
     assert target.finish() == 0
+
+
+def test_memhook_trim_returns_what_the_census_said(tmp_path, targets):
+    """`memhook trim -p PID`: malloc_trim(0) in the target through the GDB agent; the resident
+    memory it returned, as memhook prints it and as the kernel says, within 10 % of the census's
+    estimate; a second trim returns nothing; the target is unharmed."""
+    target = targets(build_census_target(tmp_path))
+    before = resident.totals(target.pid)["Rss"]
+    out = run_memhook("trim", "-p", target.pid)
+    assert out.returncode == 0 and not out.stderr, out
+    after = resident.totals(target.pid)["Rss"]
+    m = re.fullmatch(r"PID \d+: malloc_trim\(0\) returned 1 \(memory released\); resident "
+                     r"\S+ \w+ -> \S+ \w+ \(([\d.]+) MiB returned; the heap census estimated "
+                     r"([\d.]+) MiB\); the target was paused [\d.]+ ms\n", out.stdout)
+    assert m, out.stdout
+    returned, estimate = float(m.group(1)), float(m.group(2))
+    assert abs(returned - estimate) <= 0.1 * returned, out.stdout
+    assert abs((before - after) / 2**20 - returned) <= 1.0, (before, after, out.stdout)
+    again = run_memhook("trim", "-p", target.pid)
+    assert "(0 B returned; the heap census estimated 0 B)" in again.stdout, again
+    assert truth(target)["classes"]["Order"] == 23100
+    assert target.finish() == 0
+
+
+def test_musl_target_said_without_census_or_trim(tmp_path, musl_target, targets):  # noqa: F811
+    """musl has neither glibc's heap nor malloc_trim: one line each, never a traceback."""
+    target = targets(musl_target)
+    out = run_memhook("trim", "-p", target.pid)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out
+    assert re.fullmatch(r"memhook: PID \d+'s libc \(musl [\d.]+\) has no malloc_trim: "
+                        r"nothing to call\n", out.stderr), out.stderr
+    mh = Memhook(target.pid, tmp_path)
+    report = mh.stop()
+    assert report["heap_census"]["attach"]["problem"] == (
+        "the heap census reads glibc's malloc; this target's libc is musl")
+    text = run_memhook("report", mh.capture).stdout
+    assert "Held before attach: no heap census (the heap census reads glibc's malloc" in text
 
 
 def test_census_in_older_and_newer_glibc(tmp_path, place):  # noqa: F811
