@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass, field
 
 FIELDS = ("Rss", "Pss", "Private_Dirty", "Swap")
+PAGE = 4096
 ARENA_HEAP_ALIGN = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: arena heaps start aligned to it
 KERNEL = ("[vdso]", "[vvar]", "[vsyscall]", "[vvar_vclock]")
 
@@ -34,9 +35,10 @@ class Region:
 @dataclass
 class Part:
     name: str      # "malloc heap", "thread stack: worker-3", "file: libc.so.6", ...
-    kind: str      # heap, arena, stack, memhook, shared, file, anonymous, kernel
+    kind: str      # heap, arena, mmapped, mmap, stack, memhook, shared, file, anonymous, kernel
     regions: int = 0
     bytes: dict = field(default_factory=lambda: {f: 0 for f in FIELDS})
+    stack: int = 0  # kind mmap: the call stack that mapped it (the consumer's stack id)
 
 
 def read_smaps(pid: int) -> list[Region]:
@@ -163,22 +165,50 @@ def split_by_census(found: list[Part], census: dict | None) -> list[Part]:
                        census["mmapped"]["resident_bytes"]),
                       ("anonymous (the program's mmap)", "anonymous", None)],
     }
+    return _share(found, shares)
+
+
+def _share(found: list[Part], shares: dict) -> list[Part]:
+    """Each part of a kind in `shares` split into its shares: (name, kind, resident bytes, stack)
+    each, the last taking the rest (named as the part, if its name is None). Every field is divided in proportion to the resident bytes,
+    so every sum stays what it was."""
     out = []
     for p in found:
         if p.kind not in shares:
             out.append(p)
             continue
         rss, left = p.bytes["Rss"], dict(p.bytes)
-        *first, (last_name, last_kind, _) = shares[p.kind]
-        for name, kind, resident_bytes in first:
+        *first, (last_name, last_kind, _, last_stack) = [(*s, 0)[:4] for s in shares[p.kind]]
+        for name, kind, resident_bytes, stack in first:
             share = min(resident_bytes, left["Rss"]) / rss if rss else 0.0
-            q = Part(name, kind, p.regions)
+            q = Part(name, kind, p.regions, stack=stack)
             for f in FIELDS:
                 q.bytes[f] = min(left[f], round(p.bytes[f] * share))
                 left[f] -= q.bytes[f]
             out.append(q)
-        out.append(Part(last_name, last_kind, p.regions, left))
+        out.append(Part(last_name or p.name, last_kind, p.regions, left, last_stack))
     return sorted(out, key=lambda p: -p.bytes["Rss"])
+
+
+def split_by_mappings(found: list[Part], pid: int, ranges: list) -> list[Part]:
+    """The program's anonymous mmap split by the call stacks that mapped it in the session
+    (the consumer's mappings: [start, end, stack] each): their resident pages read from
+    /proc/PID/pagemap; what no traced mapping holds stays one part."""
+    if not ranges:
+        return found
+    per_stack: dict[int, int] = {}
+    try:
+        with open(f"/proc/{pid}/pagemap", "rb") as f:
+            for lo, hi, stack in ranges:
+                f.seek(lo // PAGE * 8)
+                entries = f.read((hi - lo) // PAGE * 8)
+                present = sum(1 for i in range(7, len(entries), 8) if entries[i] & 0x80)
+                per_stack[stack] = per_stack.get(stack, 0) + present * PAGE
+    except OSError:
+        return found
+    rows = [(f"anonymous mmap, stack {stack}", "mmap", nbytes, stack)
+            for stack, nbytes in sorted(per_stack.items(), key=lambda kv: -kv[1]) if nbytes]
+    return _share(found, {"anonymous": rows + [(None, "anonymous", None)]})
 
 
 # How a heap part splits: its label, and the census's resident bytes for it (None: the rest).
@@ -187,12 +217,13 @@ SPLIT = (("malloc heap: live blocks", "resident_live_bytes"),
          ("malloc heap: allocator overhead", None))
 
 
-def table(pid: int, census: dict | None = None) -> list[dict]:
-    """parts() as the capture keeps them (bytes), split by the heap census when there is one,
-    or [] when the process cannot be read."""
+def table(pid: int, census: dict | None = None, ranges: list | None = None) -> list[dict]:
+    """parts() as the capture keeps them (bytes), split by the heap census and the session's
+    mappings when there are, or [] when the process cannot be read."""
     try:
-        found = split_by_census(parts(pid), census)
+        found = split_by_mappings(split_by_census(parts(pid), census), pid, ranges or [])
     except OSError:
         return []
     return [{"part": p.name, "kind": p.kind, "regions": p.regions,
-             **{f.lower() + "_bytes": p.bytes[f] for f in FIELDS}} for p in found]
+             **{f.lower() + "_bytes": p.bytes[f] for f in FIELDS},
+             **({"stack": p.stack} if p.stack else {})} for p in found]

@@ -140,6 +140,7 @@ class Session:
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
     resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
     census: dict = field(default_factory=dict)  # "attach"/"detach": heap_census.take()
+    mappings: dict = field(default_factory=dict)  # the program's anonymous mappings (mmap hooks)
     libc_kind: tuple = ("", "")  # the target's libc and version, for the census
     entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, name -> Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
@@ -322,6 +323,14 @@ class Session:
         if blocks is not None:
             self.consumer.match_census(blocks)
 
+    def mappings_now(self) -> dict:
+        """The program's anonymous mappings as the consumer holds them (mappings.h): per stack,
+        and the ranges mapped now with their stacks."""
+        stacks, ranges, unknown = self.consumer.mappings()
+        return {"stacks": [dict(zip(("stack", "maps", "mapped_bytes", "unmapped_bytes",
+                                     "released_bytes"), row)) for row in stacks],
+                "ranges": [list(r) for r in ranges], "unknown_unmapped_bytes": unknown}
+
     def poll_loads(self, rescan: bool = False) -> bool:
         """Libraries the target loaded or unloaded since the last call: their unwind rows built
         and the hooks' index published again. Cheap when the dlopen hook counted nothing (one
@@ -389,7 +398,9 @@ class Session:
         self.abandoned = self.consumer.abandoned
         if self.target_alive():
             self.take_census("detach")
-            self.resident["detach"] = resident.table(self.pid, self.census.get("detach"))
+            self.mappings = self.mappings_now()
+            self.resident["detach"] = resident.table(self.pid, self.census.get("detach"),
+                                                     self.mappings["ranges"])
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
@@ -410,6 +421,7 @@ class Session:
         self.consumer.stop()
         self.consumer.drain(final=True)
         self._reconcile()
+        self.mappings = self.mappings_now()
         at = self.census.get("attach")
         if at and not at.get("problem"):
             at["freed_in_session"] = heap_census.freed_in_session(
@@ -445,6 +457,7 @@ class Session:
             "abandoned": self.abandoned,
             "resident": self.resident,
             "heap_census": self.census,
+            "mappings": self.mappings,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

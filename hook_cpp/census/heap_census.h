@@ -319,15 +319,15 @@ class HeapCensus {
         for (auto& hs : as.heaps) arena_heap |= hs.heap.lo >= lo && hs.heap.lo < hi;
       if (arena_heap) continue;
       uint64_t p = lo;
-      ResidentPages pages;
-      bool paged = false;
+      const ResidentPages pages(pagemap_fd_, lo, hi);
       while (p + kPage <= hi) {
         uint64_t hdr[3];
-        if (!mem_.read(p, hdr, sizeof hdr) || hdr[0] != 0 || (hdr[1] & kFlags) != kIsMmapped)
+        // (a page never touched, or given back, is not read: reading it would map it)
+        if ((pages.known() && !pages.in_memory_or_swap(p)) || !mem_.read(p, hdr, sizeof hdr) ||
+            hdr[0] != 0 || (hdr[1] & kFlags) != kIsMmapped)
           break;
         const uint64_t s = chunk_size(hdr[1]);
         if (s % kPage || s == 0 || p + s > hi) break;
-        if (!paged) pages = ResidentPages(pagemap_fd_, lo, hi), paged = true;
         c_.mmapped.add(s - 2 * kSizeSz);
         c_.mmapped_resident += pages.bytes(p, p + s);
         const uint32_t type = types_.type_of(hdr[2]);

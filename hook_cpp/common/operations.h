@@ -34,6 +34,18 @@ struct OperationBits {
 constexpr OperationBits kOperations;
 static_assert(kOperations.count < 64, "operations must fit a site's 64-bit op mask");
 
+// Each hook's row kind (hooks.def's letters: A, F, R, L, M, U, D, X), by id.
+struct HookKinds {
+  char kind[kMaxHooks] = {};
+  constexpr HookKinds() {
+#define HOOK(id, sym, name_, k) kind[id] = #k[0];
+#include "hooks.def"
+#undef HOOK
+  }
+};
+constexpr HookKinds kHookKinds;
+inline char hook_kind(uint32_t id) { return id < (uint32_t)kMaxHooks ? kHookKinds.kind[id] : 0; }
+
 // The bit of hook `id` in a site's op mask.
 constexpr uint64_t operation_bit(uint32_t id) {
   return id < (uint32_t)kMaxHooks ? uint64_t(1) << kOperations.bit[id] : 0;

@@ -14,6 +14,7 @@ constexpr int kMaxDepth = 128;  // frames a record carries at most
 // kAlloc   hdr(aux=dep) ptr+depth size+recent frames...     (depth of the allocating function)
 // kRealloc hdr(aux=dep of ptr) ptr+depth size+recent old dep_of_old frames...
 // kFree    hdr(aux=dep) ptr+depth                      (depth of the free hook's frame)
+// kUnmap   hdr(aux=dep) ptr+depth len                  (munmap, mremap's old range, madvise)
 // kNop     hdr          (a realloc that failed)
 // kTime    hdr ts       (clock reading; events after it happened no earlier)
 // kThread  hdr(aux=tid) (the ring's writer from here on)
@@ -40,7 +41,8 @@ constexpr uint64_t event_name(uint64_t ring_no, uint64_t start) {
   return ring_no << 32 | uint32_t(start >> 3);
 }
 enum EventKind : uint8_t {
-  kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6
+  kPadding = 0, kAlloc = 1, kFree = 2, kRealloc = 3, kNop = 4, kTime = 5, kThread = 6,
+  kUnmap = 7
 };
 constexpr int kDepShift = 24;  // where the aux field starts in a header
 constexpr int kPtrBits = 47;   // user-space pointers
@@ -69,7 +71,7 @@ inline RecordHeader decode_header(uint64_t hdr) {
 // A record's length in words, from its header.
 constexpr size_t record_words(uint8_t kind, uint32_t nf) {
   return kind == kAlloc ? 3 + nf : kind == kRealloc ? 5 + nf
-       : kind == kFree || kind == kTime ? 2 : 1;
+       : kind == kFree || kind == kTime ? 2 : kind == kUnmap ? 3 : 1;
 }
 
 // The record at cursor `rd` of a ring of `cap` bytes (a power of two) whose writer published
@@ -92,7 +94,7 @@ inline Next next_record(const uint8_t* data, uint64_t cap, uint64_t rd, uint64_t
     return Next::kPadding;
   }
   r->bytes = 8 * record_words(r->h.kind, r->h.nframes);
-  if (r->h.kind > kThread || pos + r->bytes > cap || r->bytes > avail) return Next::kMalformed;
+  if (r->h.kind > kUnmap || pos + r->bytes > cap || r->bytes > avail) return Next::kMalformed;
   return Next::kRecord;
 }
 

@@ -562,6 +562,22 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("blocks"),
            "Match the frees of pointers never seen allocated to the census's blocks.")
+      .def("mappings",
+           [](const Consumer& c) {
+             // The program's anonymous mappings (mappings.h): per stack (maps, mapped,
+             // unmapped, released bytes), the ranges mapped now (start, end, stack), and the
+             // bytes unmapped that no known mapping held.
+             auto lock = c.lock();
+             const Mappings& m = c.mappings();
+             std::vector<std::tuple<uint32_t, uint64_t, uint64_t, uint64_t, uint64_t>> stacks;
+             for (size_t i = 0; i < m.per_stack().size(); i++) {
+               const Mappings::PerStack& s = m.per_stack()[i];
+               if (s.maps) stacks.emplace_back(uint32_t(i), s.maps, s.mapped, s.unmapped, s.released);
+             }
+             std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> ranges;
+             for (const auto& [lo, r] : m.regions()) ranges.emplace_back(lo, r.end, r.stack);
+             return py::make_tuple(stacks, ranges, m.unknown_unmapped());
+           })
       .def("census_classes",
            [](const Consumer& c) {
              // (usable, type id, blocks at the census, freed since) per class with blocks.

@@ -168,6 +168,7 @@ class Consumer {
   const StackTable& stacks() const { return reader_->stacks(); }
   Aggregates& aggregates() { return reader_->aggregates(); }
   const Aggregates& aggregates() const { return reader_->aggregates(); }
+  const Mappings& mappings() const { return reader_->mappings(); }
   const Control& control() const { return *ctl_; }
   uint64_t applied() const { return reader_->applied(); }
   uint64_t unordered() const { return reader_->unordered(); }

@@ -19,6 +19,8 @@
 #include "aggregates.h"
 #include "clock.h"
 #include "event_times.h"
+#include "mappings.h"
+#include "operations.h"
 #include "segment.h"
 #include "stack_table.h"
 
@@ -66,6 +68,7 @@ class RingReader {
   const StackTable& stacks() const { return stacks_; }
   Aggregates& aggregates() { return aggregates_; }
   const Aggregates& aggregates() const { return aggregates_; }
+  const Mappings& mappings() const { return mappings_; }
   uint64_t unordered() const { return unordered_; }  // dependencies given up
 
  private:
@@ -78,6 +81,7 @@ class RingReader {
     uint32_t tid = 0;      // its writer (kThread records)
     bool blocked = false;  // its next event waits for another ring
     bool force = false;    // apply the next event without waiting
+    bool remapped = false; // its mremap's old range was a known mapping (mappings.h)
     uint64_t blocked_at = UINT64_MAX, blocked_since = 0;  // cursor it waits at, since when
     struct Held {
       uint64_t depth;  // its depth bits (a pointer word's), from the record that filled it
@@ -113,7 +117,9 @@ class RingReader {
   // names another pointer's event: the malloc hook sends the entry's without asking whose it is.
   bool free_pending(uint8_t kind, uint64_t dep, const uint64_t* at, const RingState& rs,
                     uint32_t index) const {
-    if (kind == kFree || (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0)) return false;
+    if (kind == kFree || kind == kUnmap ||
+        (kind == kRealloc && ((at[3] ^ at[1]) & kPtrMask) == 0))
+      return false;
     const LiveMap::Block* b = aggregates_.live().find(at[1] & kPtrMask);
     if (!b || b->tid == rs.tid) return false;
     if (dep == b->event) return false;  // its allocation was the block's latest event: free lost
@@ -185,7 +191,7 @@ class RingReader {
       const size_t words = rec.bytes / 8;
       if (8 * words > limit - rd) break;  // ends in the line being written: next time
       const uint64_t dep_old = kind == kRealloc ? at[4] : 0;
-      if ((kind == kAlloc || kind == kFree || kind == kRealloc) && !rs.force &&
+      if ((kind == kAlloc || kind == kFree || kind == kRealloc || kind == kUnmap) && !rs.force &&
           !(satisfied(aux, index) && satisfied(dep_old, index) &&
             !free_pending(kind, aux, at, rs, index)) &&
           wait_at(rs, rd)) {
@@ -206,12 +212,19 @@ class RingReader {
       times_.time_of(rs.clock, rd - 8 * words, &ts, &unc);
       const uint64_t ptr = at[1] & kPtrMask;
       // An allocation's recent stack: one with frames fills it, one without repeats it.
-      const uint32_t recent = kind == kFree ? 0 : uint32_t(at[2] >> kRecentShift);  // 1 + it, or 0
+      const uint32_t recent =
+          kind == kFree || kind == kUnmap ? 0 : uint32_t(at[2] >> kRecentShift);  // 1 + it, or 0
       RingState::Held* const held =
           recent && recent <= kRecentStacks ? &rs.recent[recent - 1] : nullptr;
       if (held && nf) held->depth = at[1] & ~kPtrMask;
       const uint64_t frame = pseudo_frame(held && !nf ? held->depth : at[1]);
-      if (kind == kFree) {
+      const char hk = hook_kind(op);
+      if (kind == kUnmap) {  // the program's mappings (mappings.h): an unmap or a release
+        if (hk == 'D')
+          mappings_.release(ptr, at[2] & kSizeMask);
+        else
+          rs.remapped = mappings_.unmap(ptr, at[2] & kSizeMask);
+      } else if (kind == kFree) {
         aggregates_.apply({ts, ptr, 0, frame, 0, 0, rs.tid, op, 1, 0, unc}, ns_per_tick_);
       } else if (kind == kAlloc || kind == kRealloc) {
         // The allocating call's frame bounds the hook's from above: frames below it returned.
@@ -227,9 +240,14 @@ class RingReader {
           aggregates_.grow(stacks_.size());
           if (held) held->stack = stack;
         }
-        aggregates_.apply(
-            {ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0, event, unc},
-            ns_per_tick_);
+        if (hk == 'M' || hk == 'X') {  // a mapping; mremap's only where it moved a known one
+          if (hk == 'M' || rs.remapped) mappings_.map(ptr, at[2] & kSizeMask, stack);
+          rs.remapped = false;
+        } else {
+          aggregates_.apply(
+              {ts, ptr, at[2] & kSizeMask, below, frame, stack, rs.tid, op, 0, event, unc},
+              ns_per_tick_);
+        }
       }
       rs.read = rd;  // satisfied() looks here
     }
@@ -250,6 +268,7 @@ class RingReader {
   std::vector<RingState> rings_;
   StackTable stacks_;
   Aggregates aggregates_;
+  Mappings mappings_;
   uint64_t prev_drain_ts_, drain_ts_ = 0, applied_ = 0, unordered_ = 0;
   EventTimes times_;  // apply_ring()'s, for the ring it is applying
   double ns_per_tick_ = 1.0;

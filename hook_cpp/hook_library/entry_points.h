@@ -157,6 +157,57 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     return got;                                                        \
   }
 
+// The program's anonymous mappings: recorded in every mode (no sampling, no size filter: they
+// are few and large), the mapping as an allocation of its page-rounded length, an unmap or a
+// release as a range before the real call.
+#define MAP(id, sym, name, params, args, len_expr, when_expr)          \
+  extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    void** fp = (void**)__builtin_frame_address(0);                    \
+    if (!(when_expr)) return REAL(sym) args;                           \
+    Guard guard(t);                                                    \
+    void* result = REAL(sym) args;                                     \
+    if (result != MAP_FAILED) record_alloc(t, ID_##sym, result, page_round(len_expr), \
+                                           origin_of(fp));             \
+    return result;                                                     \
+  }
+#define UNMAP(id, sym, name, ret, params, args, addr_expr, len_expr, when_expr) \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    if (when_expr) {                                                   \
+      Guard guard(t);                                                  \
+      record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
+                   (void**)__builtin_frame_address(0), true);          \
+    }                                                                  \
+    return REAL(sym) args;                                             \
+  }
+#define RELEASE(id, sym, name, ret, params, args, addr_expr, len_expr, when_expr) \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    if (when_expr) {                                                   \
+      Guard guard(t);                                                  \
+      record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
+                   (void**)__builtin_frame_address(0), false);         \
+    }                                                                  \
+    return REAL(sym) args;                                             \
+  }
+// mremap: the old range unmapped before the call, the result mapped after it (the consumer
+// maps it only where the old range was one of the program's anonymous mappings it knows). A
+// call that failed maps the old range back, now under this call's stack.
+#define REMAP(id, sym, name, params, args, addr_expr, old_expr, len_expr) \
+  extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    void** fp = (void**)__builtin_frame_address(0);                    \
+    Guard guard(t);                                                    \
+    record_unmap(t, ID_##sym, (addr_expr), page_round(old_expr), fp, true); \
+    void* result = REAL(sym) args;                                     \
+    if (result != MAP_FAILED)                                          \
+      record_alloc(t, ID_##sym, result, page_round(len_expr), origin_of(fp)); \
+    else                                                               \
+      record_alloc(t, ID_##sym, (addr_expr), page_round(old_expr), origin_of(fp)); \
+    return result;                                                     \
+  }
+
 #define LOADER(...)  // below, by hand
 #include "hooks.def"
 
@@ -208,5 +259,9 @@ const HookEntries kHookEntries[] = {
 #define REALLOC(id, sym, ...) {id, 'R', {(void*)&memhook_hook_##sym}},
 #define RESIZE(id, sym, ...) {id, 'R', {(void*)&memhook_hook_##sym}},
 #define LOADER(id, sym, ...) {id, 'L', {(void*)&memhook_hook_##sym}},
+#define MAP(id, sym, ...) {id, 'M', {(void*)&memhook_hook_##sym}},
+#define UNMAP(id, sym, ...) {id, 'U', {(void*)&memhook_hook_##sym}},
+#define RELEASE(id, sym, ...) {id, 'D', {(void*)&memhook_hook_##sym}},
+#define REMAP(id, sym, ...) {id, 'X', {(void*)&memhook_hook_##sym}},
 #include "hooks.def"
 };

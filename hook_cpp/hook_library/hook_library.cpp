@@ -30,6 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
+// musl's headers name mmap64 a macro for mmap; hooks.def names both, as the symbols they are.
+#undef mmap64
+
 #include "arch.h"
 #include "routing.h"
 #include "segment.h"

@@ -15,6 +15,10 @@ enum HookId : int {
 #define REALLOC(id, sym, name, params, args, size) using real_##sym##_t = void*(*) params;
 #define LOADER(id, sym, name, ret, params, args) using real_##sym##_t = ret(*) params;
 #define RESIZE(id, sym, name, params, ...) using real_##sym##_t = size_t(*) params;
+#define MAP(id, sym, name, params, ...) using real_##sym##_t = void*(*) params;
+#define UNMAP(id, sym, name, ret, params, ...) using real_##sym##_t = ret(*) params;
+#define RELEASE(id, sym, name, ret, params, ...) using real_##sym##_t = ret(*) params;
+#define REMAP(id, sym, name, params, ...) using real_##sym##_t = void*(*) params;
 #include "hooks.def"
 
 // Each hook's ELF symbol, by id.

@@ -118,6 +118,21 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
   publish(t, w + 16);
 }
 
+// A range unmapped (munmap, mremap's old range) or released (madvise): recorded before the
+// real call, as a free is, so that a mapping another thread then gets at that address comes
+// after it. `table`: the address table orders it against that thread's record (unmaps).
+__attribute__((noinline)) void record_unmap(ThreadState& t, int op, void* p, uint64_t len,
+                                            void** fp, bool table) {
+  uint64_t w;
+  if (!event_ring(t, true)) return;
+  if (!reserve(t, 24, &w, true)) return drop_free(t.ring);
+  uint64_t* at = record_at(t, w);
+  at[0] = header(kUnmap, op, 0, table ? table_swap(t, (uint64_t)p, 0, w) : 0);
+  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+  at[2] = len & kSizeMask;
+  publish(t, w + 24);
+}
+
 // A realloc no record is written for: `old` is marked freed in the address table before the
 // call (another thread may get the block back once it starts) and live again if it failed.
 template <class Call>

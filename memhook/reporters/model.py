@@ -89,6 +89,34 @@ def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
     return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
 
 
+def _first_name(frames: list) -> str:
+    return next((f["function"] for f in frames if f.get("function")), "?")
+
+
+def _named_part(part: dict, cap: Capture, symbolizer: Symbolizer) -> dict:
+    """A resident part mapped by a call stack (resident.split_by_mappings): named by its first
+    frame, its frames beside."""
+    if not part.get("stack"):
+        return part
+    frames = site_frames(cap, int(part["stack"]), symbolizer)
+    return {**part, "part": f"anonymous mmap by {_first_name(frames)}", "frames": frames}
+
+
+def mapping_rows(mappings: dict, cap: Capture, symbolizer: Symbolizer) -> dict:
+    """The program's anonymous mappings in the session (mmap, munmap, mremap, madvise hooks),
+    by call stack, still mapped first."""
+    rows = []
+    for m in mappings["stacks"]:
+        rows.append({**{k: v for k, v in m.items() if k != "stack"},
+                     "outstanding_bytes": m["mapped_bytes"] - m["unmapped_bytes"],
+                     "frames": site_frames(cap, int(m["stack"]), symbolizer)})
+    rows.sort(key=lambda r: (-r["outstanding_bytes"], -r["mapped_bytes"]))
+    return {"outstanding_bytes": sum(r["outstanding_bytes"] for r in rows),
+            "mapped_bytes": sum(r["mapped_bytes"] for r in rows),
+            "unknown_unmapped_bytes": mappings.get("unknown_unmapped_bytes", 0),
+            "stacks": rows}
+
+
 def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) -> dict:
     """The JSON report: sites sorted by outstanding bytes, largest first."""
     filters = filters or Filters()
@@ -155,7 +183,11 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     res = meta.get("resident") or {}
     when = "detach" if res.get("detach") else "attach" if res.get("attach") else ""
     if when:
-        report["resident_memory"] = {"when": when, "parts": res[when]}
+        report["resident_memory"] = {"when": when,
+                                     "parts": [_named_part(p, cap, symbolizer) for p in res[when]]}
+    mappings = meta.get("mappings") or {}
+    if mappings.get("stacks"):
+        report["mappings"] = mapping_rows(mappings, cap, symbolizer)
     # The heap census (heap_census.py): the heap before attach, and at detach.
     census = {when: c for when, c in (meta.get("heap_census") or {}).items() if c}
     if census:

@@ -64,7 +64,7 @@ def census_frees_text(report: dict) -> str:
     """How many unknown frees freed blocks the census found before attach."""
     freed = ((report.get("heap_census") or {}).get("attach") or {}).get("freed_in_session")
     return (f" ({freed['freed_blocks']} of them blocks held before attach, as the heap census "
-            "found them)") if freed else ""
+            "found them)") if freed and report["totals"]["unknown_free_count"] else ""
 
 
 def _module(path: str) -> str:
@@ -168,6 +168,26 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
     return lines
 
 
+def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
+    """The program's anonymous mappings in the session, by call stack (mmap hooks)."""
+    if not m:
+        return []
+    lines = [f"Anonymous mmap in this session (mmap, munmap, mremap, madvise): "
+             f"{human_bytes(m['outstanding_bytes'])} still mapped of "
+             f"{human_bytes(m['mapped_bytes'])} mapped"
+             + (f"; {human_bytes(m['unknown_unmapped_bytes'])} unmapped that was mapped before "
+                "attach" if m["unknown_unmapped_bytes"] else "") + ":"]
+    for r in m["stacks"][:shown]:
+        lines.append(f"  {human_bytes(r['outstanding_bytes']):>10} still mapped, "
+                     f"{r['maps']} mapping{'s' if r['maps'] != 1 else ''} of "
+                     f"{human_bytes(r['mapped_bytes'])}"
+                     + (f", {human_bytes(r['released_bytes'])} released (MADV_DONTNEED)"
+                        if r["released_bytes"] else ""))
+        for f in r["frames"][:frames]:
+            lines.append(f"      {frame_text(f)}")
+    return lines
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     t = report["totals"]
     procs = report.get("processes")
@@ -196,6 +216,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             pm, explained=bool(report.get("resident_memory") and census_ok(report))))
     lines += resident_lines(report.get("resident_memory"))
     lines += census_lines(report.get("heap_census"))
+    lines += mapping_lines(report.get("mappings"))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     for a in report.get("allocators", []):
