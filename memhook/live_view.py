@@ -47,16 +47,46 @@ class LiveView:
                                  for f in symbolizer.frames(int(x))][:3])
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
+        memory = self.part_lines(symbolizer, offsets, frames)
         if not self.tty:
-            return [f"[{stamp}] {self.label}{head}"] + [f"  {b:>10}  {g:>14}  {w}"
-                                                         for b, g, w in rows]
+            return ([f"[{stamp}] {self.label}{head}"] + [f"  {b:>10}  {g:>14}  {w}"
+                                                          for b, g, w in rows]
+                    + [f"  {line}" for line in memory])
         elapsed = int(now - self.t0)
         return ([f"memhook  PID {self.session.pid}  attached "
                  f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "
                  f"[{stamp}]  Ctrl-C detaches  {one_line(self.session.info.command)}"
                  + (f"  ({self.session.libc})" if self.session.libc else ""), head, "",
                  f"{'OUTSTANDING':>12}  {'GROWTH':>14}  WHERE"]
-                + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows])
+                + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows] + [""] + memory)
+
+    PARTS_SHOWN = 6
+
+    def part_lines(self, symbolizer, offsets, frames) -> list[str]:
+        """The process's resident memory in parts (resident.py), one line each, largest first;
+        the program's mappings in the session under the function that mapped them. (The heap's
+        live and free shares come from the census, at attach and detach only.)"""
+        from . import resident
+        pid = self.session.pid
+        try:
+            parts = resident.split_by_mappings(resident.parts(pid), pid,
+                                               self.session.mappings_now()["ranges"])
+        except OSError:
+            return []
+        rss = sum(p.bytes["Rss"] for p in parts)
+        lines = [f"resident {human_bytes(rss)} in parts:"]
+        for p in parts[:self.PARTS_SHOWN]:
+            name = p.name
+            if p.stack and p.stack + 1 < len(offsets):
+                fr = frames[offsets[p.stack]:offsets[p.stack + 1]]
+                names = [frame_name(f.as_dict()) for x in fr[:1] for f in symbolizer.frames(int(x))]
+                name = f"anonymous mmap by {names[0] if names else '?'}"
+            lines.append(f"  {human_bytes(p.bytes['Rss']):>10}  {one_line(name)}")
+        rest = parts[self.PARTS_SHOWN:]
+        if rest:
+            lines.append(f"  {human_bytes(sum(p.bytes['Rss'] for p in rest)):>10}  "
+                         f"{len(rest)} more parts")
+        return lines
 
     def show(self, symbolizer) -> None:
         text = "\n".join(self.lines(symbolizer))

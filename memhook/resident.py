@@ -133,6 +133,26 @@ def parts(pid: int, memhook_paths: tuple = ("memhook-", "libmemhook_hook")) -> l
     return sorted(out.values(), key=lambda p: -p.bytes["Rss"])
 
 
+# The time series' grouping of the kinds (capture/format.py PART_COLUMNS).
+KIND_COLUMNS = {"heap": "rss_heap_bytes", "arena": "rss_heap_bytes",
+                "mmapped": "rss_anonymous_bytes", "mmap": "rss_anonymous_bytes",
+                "anonymous": "rss_anonymous_bytes", "stack": "rss_stack_bytes",
+                "file": "rss_file_bytes", "shared": "rss_shared_bytes",
+                "memhook": "rss_memhook_bytes", "kernel": "rss_other_bytes"}
+
+
+def kind_totals(pid: int) -> dict:
+    """The resident bytes of each group of kinds (KIND_COLUMNS), for the time series; {} when
+    the process cannot be read."""
+    out = dict.fromkeys(KIND_COLUMNS.values(), 0)
+    try:
+        for p in parts(pid):
+            out[KIND_COLUMNS.get(p.kind, "rss_other_bytes")] += p.bytes["Rss"]
+    except OSError:
+        return {}
+    return out
+
+
 def totals(pid: int) -> dict:
     """smaps_rollup's own sums (bytes), to check the parts against."""
     out = {f: 0 for f in FIELDS}

@@ -25,6 +25,10 @@ UNCERTAIN_COLUMNS = ("uncertain_count", "uncertain_bytes")
 SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
                   "free_count", "dropped_events")
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row
+# Since the resident parts (0 where a capture has none): the process's resident memory by kind
+# of part (resident.py's kinds, grouped), per row; they sum to rss_bytes as smaps read it.
+PART_COLUMNS = ("rss_heap_bytes", "rss_anonymous_bytes", "rss_stack_bytes", "rss_file_bytes",
+                "rss_shared_bytes", "rss_memhook_bytes", "rss_other_bytes")
 LIVE_COLUMNS = ("ptr", "size", "stack", "tid", "ts")
 BEHAVIOUR_ROWS = ("freed_same_thread", "freed_other_thread", "temporary", "freed_same_call")
 BEHAVIOUR_HISTS = ("size_hist", "lifetime_hist", "age_hist")

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import procfs
-from .format import (EVENT_DTYPE, MEMORY_COLUMNS, SERIES_COLUMNS, TICK_CHUNKS, TOP_STACKS,
-                     Capture)
+from .. import procfs, resident
+from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, TICK_CHUNKS,
+                     TOP_STACKS, Capture)
 from .writer import Writer
 
 # What a live session holds in memory for its final report before it halves the series'
@@ -80,6 +80,7 @@ class Recorder:
         totals = consumer.totals()
         row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
                **procfs.memory(self.session.pid)}
+        row.update(dict.fromkeys(PART_COLUMNS, 0) | resident.kind_totals(self.session.pid))
         out = consumer.sites()["outstanding_bytes"]
         top = np.argsort(-out.astype(np.float64))[:TOP_STACKS]
         top = top[out[top] > 0]
@@ -184,7 +185,7 @@ class Recorder:
     def held_series(self) -> dict:
         """The time series held for the final report (TSER's columns)."""
         series = {k: np.asarray([row[k] for row, _ in self.ticks])
-                  for k in SERIES_COLUMNS + MEMORY_COLUMNS}
+                  for k in SERIES_COLUMNS + MEMORY_COLUMNS + PART_COLUMNS}
         series.update({k: np.concatenate([c[k] for _, c in self.ticks]).astype(
             np.float64 if k.endswith("time_s") else np.uint64) for k in TICK_CHUNKS})
         return series

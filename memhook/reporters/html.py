@@ -8,7 +8,8 @@ import json
 from . import plots
 from ..capture import Capture
 from ..format import duration_text, frame_name, frame_text, human_bytes
-from .text import dropped_frees_lines, process_memory_text
+from .text import (census_lines, census_ok, dropped_frees_lines, mapping_lines,
+                   process_memory_text)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -21,6 +22,9 @@ pre{margin:2px 0;font-size:12px;white-space:pre-wrap}.why{color:#555;font-size:1
 border:1px solid #fff;background:#e8864a;cursor:pointer;padding:0 3px;color:#000}
 #flame div:hover{background:#f2b07f}#crumb{margin:6px 0;font-size:12px;color:#555}
 svg{max-width:100%;height:auto}
+#rss{display:flex;width:100%;height:28px;border:1px solid #999;margin:8px 0}
+#rss div{height:100%;box-sizing:border-box;border-right:1px solid #fff}
+.key{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:middle}
 """
 
 # An icicle: the root on top, callees below; widths are outstanding bytes. Click to zoom into a
@@ -98,6 +102,45 @@ def _stack_html(frames: list, limit: int = 10) -> str:
     return "<pre>" + "\n".join(lines) + "</pre>"
 
 
+def _resident_html(report: dict) -> list[str]:
+    """The resident memory as a bar of its parts (widths: resident bytes) and their table;
+    the heap census and the program's mappings as the text report words them."""
+    res = report.get("resident_memory")
+    out = []
+    if res and res.get("parts"):
+        rss = sum(p["rss_bytes"] for p in res["parts"]) or 1
+        out.append(f"<h2>Resident memory</h2><p class='why'>At {res['when']}: every part of "
+                   f"the process's {human_bytes(rss)} resident (smaps), summing to it.</p>"
+                   "<div id='rss'>")
+        for p in res["parts"]:
+            if p["rss_bytes"] * 1000 >= rss:
+                out.append(f"<div style='width:{100 * p['rss_bytes'] / rss:.3f}%;background:"
+                           f"{plots.KIND_COLOURS.get(p['kind'], '#999')}' title='"
+                           f"{html.escape(p['part'], quote=True)}: "
+                           f"{human_bytes(p['rss_bytes'])}'></div>")
+        out.append("</div><table><tr><th>part</th><th class='num'>resident</th>"
+                   "<th class='num'>private dirty</th><th class='num'>swap</th></tr>")
+        for p in res["parts"]:
+            out.append(f"<tr><td><span class='key' style='background:"
+                       f"{plots.KIND_COLOURS.get(p['kind'], '#999')}'></span>"
+                       f"{html.escape(p['part'])}</td>"
+                       f"<td class='num'>{human_bytes(p['rss_bytes'])}</td>"
+                       f"<td class='num'>{human_bytes(p['private_dirty_bytes'])}</td>"
+                       f"<td class='num'>{human_bytes(p['swap_bytes'])}</td></tr>")
+        out.append("</table>")
+    census = census_lines(report.get("heap_census"))
+    if census:
+        out.append("<h2>Held before attach</h2><p class='why'>glibc malloc's heap, walked from "
+                   "outside while the process ran: the blocks it held when memhook attached, "
+                   "and the allocator's own share.</p>"
+                   f"<pre>{html.escape(chr(10).join(census))}</pre>")
+    mappings = mapping_lines(report.get("mappings"))
+    if mappings:
+        out.append("<h2>Anonymous mmap</h2>"
+                   f"<pre>{html.escape(chr(10).join(mappings))}</pre>")
+    return out
+
+
 def render(cap: Capture, report: dict, symbolizer, **_) -> str:
     t = report["totals"]
     figures = plots.render(cap, report, symbolizer, "svg")
@@ -125,7 +168,9 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
         parts.append(f"<tr><th></th><td>{html.escape(line.strip())}</td></tr>")
     pm = report.get("process_memory")
     if pm:
-        parts.append(f"<tr><th>process</th><td>{html.escape(process_memory_text(pm))}</td></tr>")
+        text = process_memory_text(pm, explained=bool(report.get("resident_memory")
+                                                       and census_ok(report)))
+        parts.append(f"<tr><th>process</th><td>{html.escape(text)}</td></tr>")
     parts.append("</table>")
     if procs:
         parts.append("<h2>Processes</h2><p class='why'>Growing first: how fast each process's "
@@ -141,6 +186,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                          f"<td class='num'>{human_bytes(r['growth_bytes_per_min'])}/min</td>"
                          f"<td>{_stack_html(first['frames'], 4) if first else ''}</td></tr>")
         parts.append("</table>")
+    parts += _resident_html(report)
     parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
                  "accumulate at the end of the capture (the level their outstanding bytes return "
                  "to, robust slope over the last third); caches that filled and memory held "

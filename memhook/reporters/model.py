@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import analysis, hooks
-from ..capture import MEMORY_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture, stack_key
+from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
+                       stack_key)
 from ..symbolize import Symbolizer
 
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
@@ -156,7 +157,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         "allocators": [a for a in meta.get("allocators", []) if isinstance(a, dict)],
     }
     if cap.series and len(cap.series.get("time_s", [])):
-        columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS if k in cap.series]
+        columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS + PART_COLUMNS if k in cap.series]
         report["timeseries"] = [
             {k: (float(cap.series[k][j]) if k == "time_s" else int(cap.series[k][j]))
              for k in columns} for j in range(len(cap.series["time_s"]))]

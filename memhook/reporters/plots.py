@@ -27,9 +27,35 @@ def _binary_ticks(axis, top: float) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: human_bytes(v)))
 
 
+# The resident memory's kinds of part (resident.py), one colour each here and in the HTML bar.
+KIND_COLOURS = {"heap": "#e8864a", "arena": "#f2b07f", "mmapped": "#d9b36b", "mmap": "#5b8fd1",
+                "anonymous": "#9dbbe3", "stack": "#8cc67c", "file": "#b5b5b5",
+                "shared": "#c49ad8", "memhook": "#e06666", "kernel": "#dddddd"}
+# Their groups as the time series holds them (capture PART_COLUMNS), with labels and colours.
+PART_LAYERS = (("rss_heap_bytes", "malloc heaps", KIND_COLOURS["heap"]),
+               ("rss_anonymous_bytes", "anonymous mmap", KIND_COLOURS["anonymous"]),
+               ("rss_stack_bytes", "thread stacks", KIND_COLOURS["stack"]),
+               ("rss_file_bytes", "files (code, data)", KIND_COLOURS["file"]),
+               ("rss_shared_bytes", "shared memory", KIND_COLOURS["shared"]),
+               ("rss_memhook_bytes", "memhook", KIND_COLOURS["memhook"]),
+               ("rss_other_bytes", "kernel", KIND_COLOURS["kernel"]))
+
+
+def _resident_parts(mem, times, series: dict) -> None:
+    """The resident memory's parts, stacked under the RSS line (captures from before the parts
+    have none)."""
+    layers = [(np.asarray(series[k], np.float64), label, colour)
+              for k, label, colour in PART_LAYERS if len(series.get(k, [])) == len(times)]
+    layers = [x for x in layers if x[0].any()]
+    if layers:
+        mem.stackplot(times, *[v for v, _, _ in layers], labels=[l for _, l, _ in layers],
+                      colors=[c for _, _, c in layers], alpha=0.8)
+
+
 def over_time(cap: Capture, report: dict, symbolizer):
     """Top: outstanding bytes of the largest stacks, stacked, and the anonymous resident memory
-    they live in. Bottom, same time axis: resident memory (RSS; it includes memhook's rings)."""
+    they live in. Bottom, same time axis: resident memory (RSS; it includes memhook's rings),
+    its parts stacked under it."""
     times, series = analysis.stack_series(cap)
     fig, (ax, mem) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True,
                                   gridspec_kw={"height_ratios": [3, 1.2]})
@@ -53,6 +79,7 @@ def over_time(cap: Capture, report: dict, symbolizer):
             mem.plot(times, anon, "k--", linewidth=1.2, label="anonymous resident")
         if len(cap.series.get("rss_bytes", [])):
             rss = np.asarray(cap.series["rss_bytes"], np.float64)
+            _resident_parts(mem, times, cap.series)
             mem.plot(times, rss, "k-", linewidth=1.2, label="resident (RSS)")
             _binary_ticks(mem.yaxis, float(rss.max()))
     mem.legend(loc="lower right", fontsize=8, framealpha=0.9)

@@ -50,3 +50,50 @@ def test_mappings_by_call_stack_to_the_byte(tmp_path, targets):
     assert re.search(r"^\s+20\.0 MiB\s+20\.0 MiB\s+0 B  anonymous mmap by map_cache$", text,
                      re.M), text
     assert target.finish() == 0
+
+
+def test_resident_parts_in_every_view(tmp_path, targets):
+    """The resident parts as each view shows them, with a mapping made after attach: the live
+    view's lines (the mapping under the function that made it), the plot's lower axis (the
+    parts stacked under RSS), and the HTML page's bar and table in headless Chromium."""
+    import json
+    import signal
+    import subprocess
+
+    from conftest import Lines, memhook_cmd
+    from test_views import RAW_ADDRESS, open_in_chromium
+
+    from memhook import capture
+    from memhook.reporters import plots
+    from memhook.symbolize import Symbolizer
+
+    target = targets(build(tmp_path, "mappings.c"))
+    cap = tmp_path / "parts.mh"
+    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--interval", "0.5", "-o", cap),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    lines = Lines(mh.stdout)
+    lines.expect("attached")
+    target.command("map")
+    live = [lines.expect("anonymous mmap by map_cache", timeout=30)]
+    mh.send_signal(signal.SIGINT)
+    mh.wait(60)
+    assert mh.returncode == 0, mh.stderr.read()
+    assert re.fullmatch(r"\s+32\.0 MiB  anonymous mmap by map_cache\n", live[0]), live
+    report = json.loads(run_memhook("report", cap, "--format", "json").stdout)
+    c = capture.read(str(cap))
+    fig = plots.over_time(c, report, Symbolizer(c.modules))
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert {"anonymous mmap", "files (code, data)", "memhook", "resident (RSS)"} <= set(legend)
+    last = report["timeseries"][-1]  # (the parts from smaps, RSS from status: read apart)
+    assert last["rss_anonymous_bytes"] >= 32 * MiB and last["rss_file_bytes"] > 0, last
+    assert abs(sum(last[k] for k in capture.PART_COLUMNS) - last["rss_bytes"]) < 4 * MiB, last
+    page = tmp_path / "parts.html"
+    assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
+    dom = open_in_chromium(tmp_path, page)
+    for heading in ("Resident memory", "Held before attach", "Anonymous mmap"):
+        assert f"<h2>{heading}</h2>" in dom, heading
+    bar = re.search(r'<div id="rss">(.*?)</div></div>', dom, re.S)
+    assert bar and bar.group(1).count("width:") >= 3, dom[:2000]
+    assert "anonymous mmap by map_cache" in dom
+    assert not RAW_ADDRESS.search(re.sub(r"<script.*?</script>", "", dom, flags=re.S))
+    assert target.finish() == 0
