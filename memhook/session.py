@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import (_native, allocators, elf, entry_patch, heap_census, hooks, module_files, procfs,
-               resident)
+from . import (_native, allocator_stats, allocators, elf, entry_patch, heap_census, hooks,
+               module_files, procfs, resident)
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -141,6 +141,8 @@ class Session:
     resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
     census: dict = field(default_factory=dict)  # "attach"/"detach": heap_census.take()
     mappings: dict = field(default_factory=dict)  # the program's anonymous mappings (mmap hooks)
+    stats_reader: tuple | None = None  # allocator_stats.find(): jemalloc's, tcmalloc's, ...
+    allocator_stats: dict = field(default_factory=dict)  # "attach"/"detach": what it read
     libc_kind: tuple = ("", "")  # the target's libc and version, for the census
     entry_plans: list = field(default_factory=list)  # (entry_patch.EntryPlan, name -> Found)
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
@@ -211,6 +213,13 @@ class Session:
                                entry_area=area)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
+        self.stats_reader = allocator_stats.find(layout)
+        if self.stats_reader and not self.stats_reader[1]:  # the allocator, but no reader
+            self.allocator_stats["attach"] = allocator_stats.unreadable(self.stats_reader)
+            self.stats_reader = None
+        if self.stats_reader:
+            kind, address, _ = self.stats_reader
+            self.consumer.set_allocator_stats(address, _native.STATS_KINDS[kind])
         copy = None
         try:
             copy = None if base else LibraryCopy(
@@ -228,7 +237,8 @@ class Session:
                              if o.skip == "the dynamic loader"],
                 loader_blocks_signals=layout.libc == "musl",
                 entries=[(p.address, p.length) for p in plans],
-                entry_area=[area[0], area[0] + area[1]] if plans else [])
+                entry_area=[area[0], area[0] + area[1]] if plans else [],
+                read_stats=self.stats_reader is not None)
         except BaseException:
             if copy:
                 copy.remove()
@@ -305,6 +315,9 @@ class Session:
         self.started_at = time.time()
         # What the process's memory was made of as tracing began (read while it runs).
         self.resident["attach"] = resident.table(self.pid, self.census.get("attach"))
+        if "stats" in result:
+            self.allocator_stats["attach"] = allocator_stats.wait_for(self.consumer,
+                                                                      self.stats_reader)
         self.poll_loads(rescan=True)
         return result
 
@@ -405,7 +418,8 @@ class Session:
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
-                                    symbols=elf.exported_offsets(self.library))
+                                    symbols=elf.exported_offsets(self.library),
+                                    read_stats=self.stats_reader is not None)
             try:
                 result = (self.way_in or GdbWayIn()).detach(request)
             except TargetError as e:
@@ -414,6 +428,9 @@ class Session:
             self.detach_error = result.get("error", "")
             self.restored = len(result.get("restored", []))
             self.not_restored = result.get("changed", [])
+            if "stats" in result:
+                self.allocator_stats["detach"] = allocator_stats.wait_for(self.consumer,
+                                                                          self.stats_reader)
         # Hooks already inside the real function finish their record, then the rest is exact.
         deadline = time.monotonic() + 1.0
         while self.consumer.any_busy() and time.monotonic() < deadline and self.target_alive():
@@ -458,6 +475,7 @@ class Session:
             "resident": self.resident,
             "heap_census": self.census,
             "mappings": self.mappings,
+            "allocator_stats": self.allocator_stats,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

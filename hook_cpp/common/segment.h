@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 14;
+constexpr uint32_t kVersion = 15;
 constexpr int kMaxHooks = 128;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -83,6 +83,14 @@ struct LazyRange {
   uint64_t lo, hi;
 };
 
+// Allocator statistics: which reader, and how far it got.
+enum StatsKind : uint32_t { kStatsNoReader = 0, kStatsJemalloc = 1, kStatsTcmalloc = 2,
+                            kStatsMimalloc = 3 };
+enum StatsState : uint32_t { kStatsIdle = 0, kStatsRunning = 1, kStatsDone = 2,
+                             kStatsFailed = 3 };
+constexpr int kStatsValues = 8;
+constexpr uint64_t kStatsNone = ~uint64_t(0);
+
 struct alignas(64) Control {
   // Written by memhook before injection.
   uint64_t magic;
@@ -136,6 +144,13 @@ struct alignas(64) Control {
   uint32_t entry_area_bytes;
   uint32_t nentries;
   EntryPatch entries[kMaxEntries];
+
+  // An allocator's own statistics (hook_library/allocator_stats.h): memhook names the function
+  // that reads them and its kind; a thread the hook library starts fills `stats` and the state.
+  uint64_t stats_fn;
+  uint32_t stats_kind;   // StatsKind
+  uint32_t stats_state;  // StatsState
+  uint64_t stats[kStatsValues];  // per kind (allocator_stats.h); kStatsNone where not given
 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the

@@ -408,6 +408,14 @@ PYBIND11_MODULE(_native, m) {
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");
+  m.attr("STATS_KINDS") = py::dict(py::arg("jemalloc") = int(kStatsJemalloc),
+                                   py::arg("tcmalloc") = int(kStatsTcmalloc),
+                                   py::arg("mimalloc") = int(kStatsMimalloc));
+  m.attr("STATS_STATES") = py::dict(py::arg("idle") = int(kStatsIdle),
+                                    py::arg("running") = int(kStatsRunning),
+                                    py::arg("done") = int(kStatsDone),
+                                    py::arg("failed") = int(kStatsFailed));
+  m.attr("STATS_NONE") = kStatsNone;
   m.attr("ROW_BYTES") = sizeof(Row);
   m.attr("ROW_SIGNAL") = uint32_t(kRowSignal);
   m.attr("ROW_LAST") = kRowLast;
@@ -578,6 +586,8 @@ PYBIND11_MODULE(_native, m) {
              for (const auto& [lo, r] : m.regions()) ranges.emplace_back(lo, r.end, r.stack);
              return py::make_tuple(stacks, ranges, m.unknown_unmapped());
            })
+      .def("set_allocator_stats", &Consumer::set_allocator_stats, py::arg("fn"), py::arg("kind"))
+      .def("allocator_stats", &Consumer::allocator_stats)
       .def("census_classes",
            [](const Consumer& c) {
              // (usable, type id, blocks at the census, freed since) per class with blocks.

@@ -169,6 +169,18 @@ class Consumer {
   Aggregates& aggregates() { return reader_->aggregates(); }
   const Aggregates& aggregates() const { return reader_->aggregates(); }
   const Mappings& mappings() const { return reader_->mappings(); }
+
+  // The allocator statistics reader the hook library is to start (allocator_stats.h), and what
+  // it wrote: (state, values).
+  void set_allocator_stats(uint64_t fn, uint32_t kind) {
+    ctl_->stats_fn = fn;
+    ctl_->stats_kind = kind;
+    __atomic_store_n(&ctl_->stats_state, kStatsIdle, __ATOMIC_RELEASE);
+  }
+  std::pair<uint32_t, std::vector<uint64_t>> allocator_stats() const {
+    const uint32_t state = __atomic_load_n(&ctl_->stats_state, __ATOMIC_ACQUIRE);
+    return {state, std::vector<uint64_t>(ctl_->stats, ctl_->stats + kStatsValues)};
+  }
   const Control& control() const { return *ctl_; }
   uint64_t applied() const { return reader_->applied(); }
   uint64_t unordered() const { return reader_->unordered(); }

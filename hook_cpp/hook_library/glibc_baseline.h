@@ -13,4 +13,6 @@ MEMHOOK_OLDEST(dladdr);
 MEMHOOK_OLDEST(dlclose);
 MEMHOOK_OLDEST(pthread_attr_getstack);
 MEMHOOK_OLDEST(pthread_getattr_np);
+MEMHOOK_OLDEST(pthread_create);
+MEMHOOK_OLDEST(pthread_detach);
 #undef MEMHOOK_OLDEST

@@ -56,3 +56,4 @@ using namespace memhook;
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
 #include "lifecycle.h"        // memhook_start, abandon, fork
+#include "allocator_stats.h"  // jemalloc's, tcmalloc's, mimalloc's own statistics

@@ -184,6 +184,8 @@ def do_attach(P, out):
             out["skipped"] = [[a, None if st == states["unreadable"] else orig]
                               for a, st, orig, hook in planned if st != states["patched"]]
             out["entries"] = entry_states(P, base)
+            if P["read_stats"]:  # (its thread runs once GDB lets the process go)
+                out["stats"] = call("int(*)(void)", base + sym["memhook_read_stats"])
         except BaseException:
             leave_nothing_patched(P, base)
             raise
@@ -274,6 +276,8 @@ def do_detach(P, out):
     base = P["lib_base"]
     # Every hook passes straight through from here on, whatever happens next.
     wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
+    if P["read_stats"] and "memhook_read_stats" in sym:
+        out["stats"] = call("int(*)(void)", base + sym["memhook_read_stats"])
     # Entry patches first, every other thread held; then every slot that still holds its hook
     # (hook_library/entry_patches.h, slots.h).
     if "memhook_restore_entries" in sym:

@@ -56,6 +56,9 @@ class AttachRequest:
     # stack) is refused before the hook library writes any (hook_library/entry_patches.h).
     entries: list = field(default_factory=list)
     entry_area: list = field(default_factory=list)  # [lo, hi], or [] without entries
+    # Start the hook library's thread that reads the allocator's own statistics (jemalloc,
+    # tcmalloc, mimalloc: hook_library/allocator_stats.h) once GDB has let the process go.
+    read_stats: bool = False
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "attach"
@@ -67,6 +70,7 @@ class DetachRequest:
     pid: int
     lib_base: int
     symbols: dict          # (the slots to restore are in the segment: slots.h)
+    read_stats: bool = False  # as AttachRequest's, before the slots are restored
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "detach"

@@ -186,6 +186,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     if when:
         report["resident_memory"] = {"when": when,
                                      "parts": [_named_part(p, cap, symbolizer) for p in res[when]]}
+    stats = {when: s for when, s in (meta.get("allocator_stats") or {}).items() if s}
+    if stats:
+        report["allocator_stats"] = stats
     mappings = meta.get("mappings") or {}
     if mappings.get("stacks"):
         report["mappings"] = mapping_rows(mappings, cap, symbolizer)

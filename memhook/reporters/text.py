@@ -168,6 +168,22 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
     return lines
 
 
+def allocator_stats_lines(stats: dict | None) -> list[str]:
+    """jemalloc's, tcmalloc's or mimalloc's own statistics, at attach and detach."""
+    lines = []
+    for when in ("attach", "detach"):
+        s = (stats or {}).get(when)
+        if not s:
+            continue
+        if s.get("problem"):
+            lines.append(f"{s['problem']} ({when})")
+            continue
+        values = ", ".join(f"{k.replace('_', ' ')} {human_bytes(v)}" for k, v in s["values"].items())
+        lines.append(f"{s['allocator']}'s own statistics at {when} "
+                     f"({s['module'].rsplit('/', 1)[-1]}): {values}")
+    return lines
+
+
 def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
     """The program's anonymous mappings in the session, by call stack (mmap hooks)."""
     if not m:
@@ -216,6 +232,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             pm, explained=bool(report.get("resident_memory") and census_ok(report))))
     lines += resident_lines(report.get("resident_memory"))
     lines += census_lines(report.get("heap_census"))
+    lines += allocator_stats_lines(report.get("allocator_stats"))
     lines += mapping_lines(report.get("mappings"))
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")

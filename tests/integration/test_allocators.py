@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -118,6 +119,35 @@ def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets
     target.command("leak")
     report = again.stop()
     assert_exact(report)
+    assert target.finish() == 0
+
+
+def own_stats(target) -> dict:
+    """The target's "stats" answer: the allocator's own values, as it reads them itself."""
+    words = target.ask("stats", "stats").split()[1:]
+    return {k: int(v) for k, v in zip(words[::2], words[1::2])}
+
+
+def test_allocator_statistics_read_inside_the_target(tmp_path, linked_jemalloc, targets):
+    """jemalloc linked in: its own statistics (mallctl), read by the hook library's thread once
+    GDB has let the process go, at attach and at detach; at detach they are what the target
+    itself then reads (it is idle); the leak is in the difference; text and JSON say them."""
+    exe = linked_jemalloc
+    target = targets(exe)
+    mh = Memhook(target.pid, tmp_path)
+    target.command("leak")
+    report = mh.stop()
+    stats = report["allocator_stats"]
+    assert {s["allocator"] for s in stats.values()} == {"jemalloc"}, stats
+    assert stats["detach"]["module"] == str(exe)
+    at, end = stats["attach"]["values"], stats["detach"]["values"]
+    assert set(end) >= {"allocated", "active", "resident", "retained", "mapped", "metadata"}
+    own = own_stats(target)
+    assert (end["allocated"], end["active"]) == (own["allocated"], own["active"]), (end, own)
+    assert end["allocated"] - at["allocated"] >= report["totals"]["outstanding_bytes"] - 300
+    text = run_memhook("report", mh.capture).stdout
+    assert re.search(r"^jemalloc's own statistics at detach \(linked_allocator\): allocated "
+                     r"[\d.]+ \w+, active", text, re.M), text
     assert target.finish() == 0
 
 
@@ -272,6 +302,12 @@ def test_linked_tcmalloc_exact(tmp_path, targets):
         assert now == in_file, name
     want_stack = gdb_stack(exe, ["leak"], "leak_tc_new", "tc_new")
     assert any(a == [w for w, _ in want_stack] for a, _, _ in memhook_stacks(report)), want_stack
+    # tcmalloc's own statistics, read inside the target at detach: what it then reads itself.
+    end = report["allocator_stats"]["detach"]
+    assert end["allocator"] == "tcmalloc", end
+    own = own_stats(target)
+    assert (end["values"]["allocated"], end["values"]["heap_size"]) == (
+        own["allocated"], own["heap_size"]), (end, own)
     assert target.finish() == 0
 
 
@@ -280,8 +316,16 @@ def test_shared_mimalloc_api_exact(tmp_path, targets):
     exact per site; mi_free and mi_free_size balance the churn; mi_strdup, which memhook has no
     hook for, is named as not traced."""
     require(Path("/usr/lib/x86_64-linux-gnu/libmimalloc.so"), "libmimalloc-dev")
-    mh, report = traced(targets(build(tmp_path, "mimalloc_leaks.c", libs=["-lmimalloc"])),
-                        tmp_path, "leak", "churn")
+    target = targets(build(tmp_path, "mimalloc_leaks.c", libs=["-lmimalloc"]))
+    mh = Memhook(target.pid, tmp_path)
+    target.command("leak")
+    target.command("churn")
+    report = mh.stop()
+    # mimalloc's own statistics (mi_process_info), read inside the target at detach.
+    end = report["allocator_stats"]["detach"]
+    assert end["allocator"] == "mimalloc" and "/libmimalloc.so" in end["module"], end
+    assert end["values"]["peak_commit"] == own_stats(target)["peak_commit"], end
+    assert target.finish() == 0
     want = {"leak_mi_malloc": [(1000, ["malloc"])], "leak_mi_calloc": [(300, ["calloc"])],
             "leak_mi_realloc": [(3000, ["realloc"])], "leak_mi_zalloc": [(500, ["zalloc"])],
             "leak_mi_aligned": [(4000, ["malloc(align)"])], "leak_malloc": [(700, ["malloc"])]}

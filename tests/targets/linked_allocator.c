@@ -6,6 +6,7 @@
  *           pointer (libc's strdup calls this executable's malloc through libc's own slot);
  *           jemalloc's own API: mallocx(200); rallocx of a mallocx(20) to 4004; xallocx of a
  *           mallocx(1000) to 600 with 300 extra (in place: its size class holds 900)
+ *   stats   the allocator's own statistics, as memhook reads them
  *   churn   100 malloc(555)/free pairs; 100 mallocx(555)/sdallocx and 100 mallocx(777)/dallocx
  * With the argument "threads", 8 threads call malloc and free in pairs all along, pausing 50 us
  * every 20 pairs. */
@@ -74,6 +75,14 @@ int main(int argc, char** argv) {
     } else if (!strcmp(cmd, "churn")) {
       churn();
       churn_api();
+    } else if (!strcmp(cmd, "stats")) { /* jemalloc's own account, as memhook reads it */
+      uint64_t epoch = 1;
+      size_t len = sizeof epoch, allocated = 0, active = 0;
+      mallctl("epoch", &epoch, &len, &epoch, len);
+      len = sizeof allocated;
+      mallctl("stats.allocated", &allocated, &len, NULL, 0);
+      mallctl("stats.active", &active, &len, NULL, 0);
+      printf("stats allocated %zu active %zu\n", allocated, active);
     }
     harness_done();
   }

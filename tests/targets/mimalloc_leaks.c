@@ -3,6 +3,7 @@
  * Commands:
  *   leak    mi_malloc(1000), mi_calloc(3, 100), mi_realloc of a mi_malloc(10) to 3000,
  *           mi_zalloc(500), mi_malloc_aligned(4000, 64), malloc(700), each from its own function
+ *   stats   the allocator's own statistics, as memhook reads them
  *   churn   100 mi_malloc(555)/mi_free, 100 mi_malloc(777)/mi_free_size
  *   strdup  mi_strdup of 99 characters: memhook has no hook for it (and says so) */
 #include <mimalloc.h>
@@ -44,6 +45,10 @@ int main(void) {
       churn();
     } else if (!strcmp(cmd, "strdup")) {
       keep(mi_strdup(text));
+    } else if (!strcmp(cmd, "stats")) { /* mimalloc's own account, as memhook reads it */
+      size_t elapsed, user, sys, rss, peak_rss, commit, peak_commit, faults;
+      mi_process_info(&elapsed, &user, &sys, &rss, &peak_rss, &commit, &peak_commit, &faults);
+      printf("stats peak_commit %zu\n", peak_commit);
     }
     harness_done();
   }

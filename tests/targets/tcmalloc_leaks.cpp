@@ -3,8 +3,10 @@
  * (the same functions under a second name). Commands:
  *   leak    malloc(1000), tc_malloc(2000), tc_calloc(3, 100), tc_realloc of a tc_malloc(10) to
  *           3000, tc_memalign(64, 4000), new char[5000], tc_new(6000), each from its own function
+ *   stats   the allocator's own statistics, as memhook reads them
  *   churn   100 tc_malloc(555)/tc_free, 100 tc_new(777)/tc_delete_sized, 100 new int/delete,
  *           100 tc_malloc(333)/tc_free_sized */
+#include <gperftools/malloc_extension_c.h>
 #include <gperftools/tcmalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,11 @@ int main() {
       leak_tc_new();
     } else if (!strcmp(cmd, "churn")) {
       churn();
+    } else if (!strcmp(cmd, "stats")) { /* tcmalloc's own account, as memhook reads it */
+      size_t allocated = 0, heap = 0;
+      MallocExtension_GetNumericProperty("generic.current_allocated_bytes", &allocated);
+      MallocExtension_GetNumericProperty("generic.heap_size", &heap);
+      printf("stats allocated %zu heap_size %zu\n", allocated, heap);
     }
     harness_done();
   }
