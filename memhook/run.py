@@ -88,6 +88,31 @@ def attach_or_explain(session, way_in=None) -> dict:
         raise
 
 
+def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
+    """What the process's memory was made of as tracing began, before its first allocation:
+    its largest resident parts, and the heap census's blocks and free space."""
+    from .format import human_bytes
+    out = []
+    table = session.resident.get("attach") or []
+    if table:
+        rss = sum(p["rss_bytes"] for p in table)
+        out.append(f"resident at attach {human_bytes(rss)}: " + ", ".join(
+            f"{human_bytes(p['rss_bytes'])} {p['part']}" for p in table[:parts])
+            + (f", {len(table) - parts} more parts (the report has them all)"
+               if len(table) > parts else ""))
+    c = session.census.get("attach")
+    if c and c.get("problem"):
+        out.append(f"no heap census: {c['problem']}")
+    elif c:
+        named = ", ".join(f"{t['type']} {t['blocks']}" for t in c["by_type"][:types])
+        free = sum(a["free_bytes"] for a in c["arenas"])
+        out.append(f"held before attach: {c['live']['blocks']} live blocks, "
+                   f"{human_bytes(c['live']['bytes'])}" + (f" ({named}, ...)" if named else "")
+                   + f"; malloc keeps {human_bytes(free)} free, about "
+                   f"{human_bytes(c['trimmable_bytes'])} of it resident and trimmable")
+    return out
+
+
 def say_attached(session, result: dict) -> None:
     late = result.get("late", 0)
     print(f"memhook: attached to PID {session.pid} ({one_line(session.info.command)}, "
@@ -96,6 +121,8 @@ def say_attached(session, result: dict) -> None:
           + (f", {late} in libraries loaded meanwhile" if late else "")
           + (f", {len(session.skipped)} left alone" if session.skipped else "")
           + f"; target paused {session.pause_ms['attach']:.1f} ms", flush=True)
+    for line in memory_at_attach(session):
+        print(f"memhook: {line}", file=sys.stderr, flush=True)
     for found in session.allocators:
         print(f"memhook: {found.line()}", file=sys.stderr)
         for _, why in found.refused:

@@ -329,12 +329,30 @@ class Session:
             return
         try:
             self.census[when], blocks = heap_census.take(self.pid, *self.libc_kind,
-                                                         keep_blocks=when == "attach")
+                                                         keep_blocks=when == "attach",
+                                                         modules=self.modules)
         except (OSError, ValueError, RuntimeError) as e:
             self.census[when] = {"problem": f"the heap census failed: {e}"}
             return
         if blocks is not None:
             self.consumer.match_census(blocks)
+
+    def _pins_of_the_session(self) -> None:
+        """The live blocks that hold each heap's top at detach, where the session allocated
+        them: the stack that did (the consumer's live blocks)."""
+        end = self.census.get("detach") or {}
+        pins = [h["top_pinned_by"] for a in end.get("arenas", []) for h in a["heaps"]
+                if h.get("top_pinned_by")]
+        if not pins:
+            return
+        import numpy as np
+        live = self.consumer.live_blocks()
+        order = np.argsort(live["ptr"])
+        ptrs = live["ptr"][order]
+        for pin in pins:
+            i = int(np.searchsorted(ptrs, pin["address"]))
+            if i < len(ptrs) and int(ptrs[i]) == pin["address"]:
+                pin["stack"] = int(live["stack"][order[i]])
 
     def mappings_now(self) -> dict:
         """The program's anonymous mappings as the consumer holds them (mappings.h): per stack,
@@ -409,11 +427,6 @@ class Session:
         self.ended_at = time.time()
         # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
         self.abandoned = self.consumer.abandoned
-        if self.target_alive():
-            self.take_census("detach")
-            self.mappings = self.mappings_now()
-            self.resident["detach"] = resident.table(self.pid, self.census.get("detach"),
-                                                     self.mappings["ranges"])
         if self.target_alive() and self._library_still_mapped():
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
@@ -439,6 +452,13 @@ class Session:
         self.consumer.drain(final=True)
         self._reconcile()
         self.mappings = self.mappings_now()
+        # What the process's memory is made of as tracing ends (read while it runs on: the hook
+        # library and the segment stay mapped in it), the consumer at rest.
+        if self.target_alive():
+            self.take_census("detach")
+            self._pins_of_the_session()
+            self.resident["detach"] = resident.table(self.pid, self.census.get("detach"),
+                                                     self.mappings["ranges"])
         at = self.census.get("attach")
         if at and not at.get("problem"):
             at["freed_in_session"] = heap_census.freed_in_session(

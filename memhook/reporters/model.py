@@ -90,6 +90,24 @@ def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
     return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
 
 
+def growing_types(census: dict) -> list:
+    """C++ types with more live blocks at detach than at attach (heap census): suspects among
+    the blocks memhook could not see allocated, largest growth first."""
+    at, end = census.get("attach") or {}, census.get("detach") or {}
+    if not at.get("by_type") or not end.get("by_type"):
+        return []
+    before = {t["type"]: t for t in at["by_type"]}
+    rows = []
+    for t in end["by_type"]:
+        b = before.get(t["type"], {"blocks": 0, "bytes": 0})
+        if t["blocks"] > b["blocks"]:
+            rows.append({"type": t["type"], "module": t["module"],
+                         "attach_blocks": b["blocks"], "detach_blocks": t["blocks"],
+                         "grown_blocks": t["blocks"] - b["blocks"],
+                         "grown_bytes": t["bytes"] - b["bytes"]})
+    return sorted(rows, key=lambda r: -r["grown_bytes"])
+
+
 def _first_name(frames: list) -> str:
     return next((f["function"] for f in frames if f.get("function")), "?")
 
@@ -196,6 +214,15 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     census = {when: c for when, c in (meta.get("heap_census") or {}).items() if c}
     if census:
         report["heap_census"] = census
+        for c in census.values():  # the blocks holding a heap's top, allocated in the session
+            for a in c.get("arenas", []):
+                for h in a["heaps"]:
+                    pin = h.get("top_pinned_by")
+                    if pin and pin.get("stack"):
+                        pin["frames"] = site_frames(cap, int(pin["stack"]), symbolizer)
+        grew = growing_types(census)
+        if grew:
+            census["growing_types"] = grew
     if symbolizer.problems:
         report["unsymbolized_modules"] = [{"module": m, "reason": why}
                                           for m, why in sorted(symbolizer.problems.items())]

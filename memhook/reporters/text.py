@@ -155,16 +155,21 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
         lines.append(f"  uncertain: {human_bytes(at['uncertain_bytes'])} of heap could not be "
                      "read consistently (not counted above)")
     end = census.get("detach") or {}
-    if end and not end.get("problem"):
-        before = {t["type"]: t for t in at["by_type"]}
-        grew = [(t, t["blocks"] - before.get(t["type"], {"blocks": 0})["blocks"])
-                for t in end["by_type"]]
-        grew = sorted((g for g in grew if g[1] > 0), key=lambda g: -g[1])
-        if grew:
-            lines.append("C++ types with more live blocks at detach than at attach:")
-            for t, more in grew[:shown]:
-                lines.append(f"  {'+' + str(more):>10} {t['blocks']:>10} blocks  "
-                             f"{one_line(t['type'])} ({_module(t['module'])})")
+    for a in end.get("arenas", []):
+        for h in a["heaps"]:
+            pin = h.get("top_pinned_by")
+            if pin and pin.get("frames"):
+                lines.append(f"  at detach, {'the main heap' if a['main'] else 'a thread heap'}'s "
+                             f"top is held by a block of {pin['size']} B allocated in the "
+                             f"session" + (f" ({one_line(pin['type'])})" if pin["type"] else "")
+                             + ":")
+                lines += [f"      {frame_text(f)}" for f in pin["frames"][:4]]
+    grew = census.get("growing_types") or []
+    if grew:
+        lines.append("C++ types with more live blocks at detach than at attach:")
+        for t in grew[:shown]:
+            lines.append(f"  {'+' + str(t['grown_blocks']):>10} {t['detach_blocks']:>10} blocks  "
+                         f"{one_line(t['type'])} ({_module(t['module'])})")
     return lines
 
 

@@ -86,6 +86,13 @@ def test_census_of_the_heap_before_attach(tmp_path, targets):
     own = truth(target)  # (the target idle since before attach: the same heap the census saw)
     target.command("free")  # pre-attach blocks freed in the session: matched to the census
     report = mh.stop()
+    # Before the session's first allocation, memhook said what the memory was made of.
+    assert re.search(r"^memhook: resident at attach [\d.]+ MiB: [\d.]+ MiB anonymous \(the "
+                     r"program's mmap\), [\d.]+ MiB malloc heap: free chunks \(main arena\)",
+                     mh.stderr, re.M), mh.stderr
+    assert ("memhook: held before attach: 32110 live blocks, 7.8 MiB (Order 23100, Session 3000, "
+            "shapes::Plugin 5000, ...); malloc keeps 31.7 MiB free, about 30.6 MiB of it "
+            "resident and trimmable") in mh.stderr, mh.stderr
     check_census(report["heap_census"]["attach"], own, str(exe))
     freed = report["heap_census"]["attach"]["freed_in_session"]
     by_type = {r["type"]: r for r in freed["by_type"]}
@@ -123,6 +130,27 @@ def test_census_of_the_heap_before_attach(tmp_path, targets):
     dropped = int(line[2]) - int(line[4])
     estimate = census["trimmable_bytes"]
     assert abs(estimate - dropped) <= 0.1 * dropped, (estimate, dropped)
+    assert target.finish() == 0
+
+
+def test_types_that_grew_and_the_block_that_pins_the_top(tmp_path, targets):
+    """After attach the target makes 2000 more Orders and grows its main heap by 40 MiB: at
+    detach Order is a type with more live blocks than at attach (+2000), and the block that
+    then holds the main heap's top is named with the stack that allocated it (gdb's frames)."""
+    target = targets(build_census_target(tmp_path))
+    mh = Memhook(target.pid, tmp_path)
+    target.command("grow")
+    report = mh.stop()
+    grew = {t["type"]: t for t in report["heap_census"]["growing_types"]}
+    assert (grew["Order"]["attach_blocks"], grew["Order"]["detach_blocks"]) == (23100, 25100)
+    assert set(grew) == {"Order"}, grew
+    pin = report["heap_census"]["detach"]["arenas"][0]["heaps"][0]["top_pinned_by"]
+    assert pin["size"] == 10008 and [f["function"] for f in pin["frames"][:2]] == [
+        "grow_heap()", "main"], pin  # (C++: as gdb names it)
+    text = run_memhook("report", mh.capture).stdout
+    assert "at detach, the main heap's top is held by a block of 10008 B allocated in the " \
+           "session:" in text, text
+    assert re.search(r"^\s+\+2000\s+25100 blocks  Order \(heap_census\)$", text, re.M), text
     assert target.finish() == 0
 
 

@@ -6,7 +6,9 @@
  * Commands: "truth" prints the counts and glibc's own statistics (mallinfo, malloc_stats),
  * "trim" calls malloc_trim(0) and prints RSS before and after, "corrupt" overwrites a live
  * chunk's header, "free" frees some of what was allocated before (1000 Orders, 500 Plugins,
- * the 1 MiB block). Nothing here allocates after setup but what a command says. */
+ * the 1 MiB block), "grow" allocates 2000 more Orders and then 40 MiB in 10,000-byte blocks
+ * (the hole filled, the top of the main heap grown: the last one holds it). Nothing here
+ * allocates after setup but what a command says. */
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -53,6 +55,12 @@ static void* worker(void*) {
   pthread_barrier_wait(&built);
   for (;;) pause();
   return mine[1];
+}
+
+NOINLINE static void* grow_heap() {
+  void* last = NULL;
+  for (int i = 0; i < 4000; i++) memset(last = malloc(10000), 5, 10000);
+  return last;
 }
 
 static long rss_bytes() {
@@ -121,6 +129,10 @@ int main() {
       for (int i = 0; i < 500; i++) shapes::drop_plugin(plugins[i]);
       free(big[0]);
       live_orders -= 1000;
+    } else if (!strcmp(cmd, "grow")) {
+      for (int i = 0; i < 2000; i++) new Order();
+      live_orders += 2000;
+      grow_heap();
     } else if (!strcmp(cmd, "corrupt")) {
       ((size_t*)sessions[kSessions / 2 + 1])[-1] = 0x7; /* size 0, every flag */
     }
