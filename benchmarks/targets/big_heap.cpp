@@ -1,7 +1,7 @@
 /* A big heap for the census benchmark: argv[1] blocks (default 10 M) of 24-232 bytes asked
  * (mean about 100), one in ten a polymorphic object, every fourth freed, in the main arena;
- * the heap is then over 1 GiB. A stall detector thread (as in stall.c) records the longest gap
- * between its 1 ms wake-ups. Commands: "reset", "max" (the gap in microseconds), "heap" (bytes
+ * the heap is then over 1 GiB. A stall detector thread (stall_detector.h) records the longest
+ * gap between its 1 ms wake-ups. Commands: "reset", "max" (the gap in microseconds), "heap" (bytes
  * of heap, from mallinfo2), "exit". */
 #include <malloc.h>
 #include <pthread.h>
@@ -18,24 +18,7 @@ struct Node {
   long payload[6];
 };
 
-static volatile int64_t max_gap_us;
-
-static int64_t now_us() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-}
-
-static void* detector(void*) {
-  int64_t last = now_us();
-  struct timespec ms = {0, 1000000};
-  for (;;) {
-    nanosleep(&ms, 0);
-    int64_t t = now_us();
-    if (t - last > max_gap_us) max_gap_us = t - last;
-    last = t;
-  }
-}
+#include "stall_detector.h"
 
 int main(int argc, char** argv) {
   long n = argc > 1 ? atol(argv[1]) : 10000000;

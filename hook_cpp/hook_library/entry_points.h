@@ -171,26 +171,22 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
                                            origin_of(fp));             \
     return result;                                                     \
   }
+// An unmap orders against a mapping another thread then gets at that address (the address
+// table); a release keeps the range, and orders against nothing.
+#define RANGE_ENTRY(sym, ret, params, args, addr_expr, len_expr, when_expr, table) \
+  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
+    PASS_THROUGH(sym, args)                                            \
+    if (when_expr) {                                                   \
+      Guard guard(t);                                                  \
+      record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
+                   (void**)__builtin_frame_address(0), table);         \
+    }                                                                  \
+    return REAL(sym) args;                                             \
+  }
 #define UNMAP(id, sym, name, ret, params, args, addr_expr, len_expr, when_expr) \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
-    PASS_THROUGH(sym, args)                                            \
-    if (when_expr) {                                                   \
-      Guard guard(t);                                                  \
-      record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
-                   (void**)__builtin_frame_address(0), true);          \
-    }                                                                  \
-    return REAL(sym) args;                                             \
-  }
+  RANGE_ENTRY(sym, ret, params, args, addr_expr, len_expr, when_expr, true)
 #define RELEASE(id, sym, name, ret, params, args, addr_expr, len_expr, when_expr) \
-  extern "C" __attribute__((visibility("default"))) ret memhook_hook_##sym params { \
-    PASS_THROUGH(sym, args)                                            \
-    if (when_expr) {                                                   \
-      Guard guard(t);                                                  \
-      record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
-                   (void**)__builtin_frame_address(0), false);         \
-    }                                                                  \
-    return REAL(sym) args;                                             \
-  }
+  RANGE_ENTRY(sym, ret, params, args, addr_expr, len_expr, when_expr, false)
 // mremap: the old range unmapped before the call, the result mapped after it (the consumer
 // maps it only where the old range was one of the program's anonymous mappings it knows). A
 // call that failed maps the old range back, now under this call's stack.
