@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import capture, elf, procfs, reporters
+from . import capture, elf, procfs, reporters, suppressions
 from .reporters import model
 from .format import one_line
 from .live_view import LiveView
@@ -276,11 +276,14 @@ def say_pushes(pusher) -> None:
           + (f"; {pusher.dropped} dropped (backlog full)" if pusher.dropped else ""), flush=True)
 
 
-def final_report(cap, a, symbols: dict | None = None) -> str:
-    """The report at the end of a run, in --format."""
+def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
+    """The report at the end of a run, in --format, and whether --fail-on-leak fails it."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
     rep = model.build(cap, symbolizer)
-    return reporters.render(a.format, cap, rep, symbolizer, top=a.top)
+    if a.suppressions or a.fail_on_leak is not None:
+        suppressions.apply(rep, suppressions.load(a.suppressions))
+    failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
+    return reporters.render(a.format, cap, rep, symbolizer, top=a.top), failed
 
 
 def run(a, opts, stop: dict, pushers: list) -> int:
@@ -307,10 +310,13 @@ def run(a, opts, stop: dict, pushers: list) -> int:
         what = f"capture of {len(caps)} processes" if r.several else "capture"
         print(f"memhook: {what} written to {a.output} ({r.writer.bytes} bytes)", flush=True)
     cap = capture.merge(caps) if len(caps) > 1 else caps[0]
-    print(final_report(cap, a, r.symbols), flush=True)
+    text, leaked = final_report(cap, a, r.symbols)
+    print(text, flush=True)
     failed = [m.session for m in r.members if m.session.detach_error]
     if failed and not r.several:
         s = failed[0]
         print(f"memhook: could not restore the slots ({s.detach_error}); the target "
               "keeps running with memhook's hooks in place", file=sys.stderr)
-    return EXIT_FAILED if failed or (a.pid and r.refused) else EXIT_OK
+    if failed or (a.pid and r.refused):
+        return EXIT_FAILED
+    return suppressions.EXIT_LEAKS if leaked else EXIT_OK

@@ -63,6 +63,16 @@ def add_otlp_arguments(p: argparse.ArgumentParser, when: str) -> None:
                    help="a resource attribute of the OTLP profile (service=NAME: service.name)")
 
 
+def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
+    """--suppressions FILE (repeatable) and --fail-on-leak[=BYTES] (suppressions.py)."""
+    p.add_argument("--suppressions", action="append", default=[], metavar="FILE",
+                   help="known leaks, in LeakSanitizer's format (leak:PATTERN; heaptrack's and "
+                   "LSan's files as they are); repeatable")
+    p.add_argument("--fail-on-leak", nargs="?", type=size_arg, const=0, default=None,
+                   metavar="BYTES", help="exit with code 23 (LeakSanitizer's) when more than "
+                   "BYTES (default 0) are outstanding and not suppressed")
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise UsageError(message)

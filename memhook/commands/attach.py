@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 
-from .. import __version__
+from .. import __version__, suppressions
 from ..session import MAX_SIZE, Options
-from .arguments import (Parser, UsageError, add_otlp_arguments, otlp_url,
-                        pid_list, positive_float, size_arg)
+from .arguments import (Parser, UsageError, add_leak_check_arguments, add_otlp_arguments,
+                        otlp_url, pid_list, positive_float, size_arg)
 
 
 def attach_parser() -> Parser:
@@ -50,6 +50,7 @@ def attach_parser() -> Parser:
     p.add_argument("--library-dir", metavar="DIR", default="",
                    help="directory, as the target sees its filesystem, to load the hook library "
                         "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
+    add_leak_check_arguments(p)
     p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
                    help="do not walk glibc malloc's heap at attach and detach (the census of "
                         "blocks allocated before attach, free space and fragmentation)")
@@ -77,6 +78,7 @@ def run_attach(argv: list[str]) -> int:
                    heap_census=a.heap_census)
     try:
         opts.check()
+        suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

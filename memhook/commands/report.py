@@ -1,12 +1,13 @@
 """`memhook report FILE`: a capture as text, JSON, pprof, folded stacks or HTML, or a diff."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
 from ..procfs import TargetError
-from .arguments import (EXIT_OK, Parser, UsageError, add_otlp_arguments, pid_arg,
-                        positive_float, size_arg)
+from .arguments import (EXIT_OK, Parser, UsageError, add_leak_check_arguments,
+                        add_otlp_arguments, pid_arg, positive_float, size_arg)
 
 
 def report_parser() -> Parser:
@@ -39,6 +40,10 @@ def report_parser() -> Parser:
                    help="leak suspects: live blocks at least this many seconds old count as old")
     p.add_argument("--transient-threshold", type=positive_float, default=1.0,
                    help="transient allocations: freed within this many milliseconds (default 1)")
+    add_leak_check_arguments(p)
+    p.add_argument("--print-suppressions", action="store_true",
+                   help="write one suppression per leaking stack (LeakSanitizer's format), to "
+                   "edit and pass back with --suppressions")
     p.add_argument("--debug-dir", action="append", default=[],
                    help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
                    "repeatable; /usr/lib/debug is always searched")
@@ -63,7 +68,7 @@ def emit(text, path: str | None) -> None:
 
 
 def run_report(argv: list[str]) -> int:
-    from .. import capture, reporters
+    from .. import capture, reporters, suppressions
     from ..reporters import model
     from ..reporters.text import render_diff_text
     from ..symbolize import Lookup, Symbolizer
@@ -74,6 +79,7 @@ def run_report(argv: list[str]) -> int:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
+        known = suppressions.load(a.suppressions)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
@@ -104,6 +110,14 @@ def run_report(argv: list[str]) -> int:
              else render_diff_text(d, top=a.top or 10), a.output)
         return EXIT_OK
     rep = model.build(cap, symbolizer, filters)
+    if known or a.fail_on_leak is not None or a.print_suppressions:
+        suppressions.apply(rep, known)
+        if a.top:  # (the check weighs every leaking stack, not the --top shown)
+            whole = model.build(cap, symbolizer, dataclasses.replace(filters, top=None))
+            rep["unsuppressed"] = suppressions.apply(whole, known)["unsuppressed"]
+    if a.print_suppressions:
+        emit(suppressions.suggested(rep), a.output)
+        return EXIT_OK
     if a.otlp:
         from .. import push
         from ..reporters.otlp import capture_request
@@ -126,4 +140,6 @@ def run_report(argv: list[str]) -> int:
         for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
             print(f"memhook: wrote {path}", file=sys.stderr)
     emit(reporters.render(a.format, cap, rep, symbolizer, top=a.top, weight=a.weight), a.output)
+    if a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak):
+        return suppressions.EXIT_LEAKS
     return EXIT_OK

@@ -287,7 +287,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      f"({s['alloc_count']} allocated, {s['free_count']} freed) "
                      f"[{', '.join(s['operations'])}]"
                      + (f"; uncertain: {s['uncertain_bytes']} bytes in {s['uncertain_count']} "
-                        "blocks may have been freed" if s.get("uncertain_count") else ""))
+                        "blocks may have been freed" if s.get("uncertain_count") else "")
+                     + (f" [suppressed: leak:{s['suppressed_by']}]" if s.get("suppressed_by")
+                        else ""))
         if s.get("processes"):
             lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
                                                  for p in s["processes"]))
@@ -295,7 +297,22 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             lines.append(f"      {frame_text(f)}")
         if len(s["frames"]) > frames:
             lines.append(f"      ... {len(s['frames']) - frames} more frames")
+    lines += suppression_lines(report)
     return "\n".join(lines)
+
+
+def suppression_lines(report: dict) -> list[str]:
+    """LeakSanitizer's "Suppressions used" table, and what is left outstanding without them."""
+    used = report.get("suppressions")
+    if used is None and "unsuppressed" not in report:
+        return []
+    rule = "-" * 53
+    lines = [rule, "Suppressions used:", "  count      bytes template"]
+    lines += [f"  {s['blocks']:>5} {s['bytes']:>10} {s['pattern']}" for s in used or []]
+    left = report["unsuppressed"]
+    lines += [rule, f"not suppressed: {left['outstanding_bytes']} bytes in "
+              f"{left['outstanding_count']} blocks"]
+    return lines
 
 
 def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:

@@ -1,0 +1,48 @@
+"""LeakSanitizer's suppression patterns as memhook reads them (memhook/suppressions.py)."""
+from __future__ import annotations
+
+import pytest
+
+from memhook import suppressions
+
+
+def frames(*functions, module="/usr/lib/libfoo.so.1", file="/src/foo/bar.cc"):
+    return [{"function": f, "module": module, "file": file} for f in functions]
+
+
+@pytest.mark.parametrize("pattern,hit", [
+    ("leak_known", True), ("known", True),            # anywhere in the name
+    ("^leak_", True), ("^known", False),               # anchored at the start
+    ("known$", True), ("leak$", False),                # at the end
+    ("leak*known", True), ("^l*n$", True), ("k*z", False),
+    ("libfoo.so", True), ("libfoo.so.2", False),       # the module
+    ("foo/bar.cc", True), ("^/src/*.cc$", True),       # the source file
+    ("leak.known", False),                             # '.' is a dot, not any character
+])
+def test_lsan_template_matching(pattern, hit):
+    s = suppressions.Suppression(pattern, "t:1")
+    assert s.matches(frames("main", "leak_known")) is hit
+
+
+def test_parse_keeps_leaks_and_says_what_is_not_one():
+    text = "# comment\n\nleak:a_b\n  leak:  spaced  \ncalled_from_lib:libx.so\nleak:\n"
+    got = suppressions.parse(text, "f.supp")
+    assert [(s.pattern, s.source) for s in got] == [("a_b", "f.supp:3"), ("spaced", "f.supp:4")]
+    with pytest.raises(suppressions.SuppressionError, match=r"f\.supp:2: not a suppression"):
+        suppressions.parse("leak:ok\nnot one\n", "f.supp")
+
+
+def test_first_match_counts_and_the_rest_is_left():
+    report = {"totals": {"outstanding_bytes": 60},
+              "sites": [{"outstanding_bytes": 10, "outstanding_count": 1, "frames": frames("a")},
+                        {"outstanding_bytes": 20, "outstanding_count": 2, "frames": frames("ab")},
+                        {"outstanding_bytes": 30, "outstanding_count": 3, "frames": frames("c")},
+                        {"outstanding_bytes": 0, "outstanding_count": 0, "frames": frames("a")}]}
+    sups = suppressions.parse("leak:^a\nleak:zzz\n", "s")  # (zzz matches nothing: unlisted)
+    suppressions.apply(report, sups)
+    assert report["suppressions"] == [{"pattern": "^a", "source": "s:1", "blocks": 3,
+                                       "bytes": 30}]
+    assert report["unsuppressed"] == {"outstanding_bytes": 30, "outstanding_count": 3}
+    assert suppressions.leaked(report, 29) and not suppressions.leaked(report, 30)
+    assert suppressions._without_parameters("ns::f<int(char)>(int, char*)") == "ns::f<int(char)>"
+    assert suppressions._without_parameters("operator()(int)") == "operator()"
