@@ -106,6 +106,18 @@ def memory(pid: int) -> dict:
     return out
 
 
+def peak_rss(pid: int) -> int:
+    """The process's resident high-water mark (VmHWM) in bytes, 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def tracer(pid: int) -> int:
     """The PID of the debugger tracing `pid`, or 0."""
     with open(f"/proc/{pid}/status") as f:

@@ -141,6 +141,8 @@ class Session:
     resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
     census: dict = field(default_factory=dict)  # "attach"/"detach": heap_census.take()
     mappings: dict = field(default_factory=dict)  # the program's anonymous mappings (mmap hooks)
+    vm_hwm: int = 0  # the process's peak RSS (VmHWM) at detach
+    clock_at_attach: int = 0  # the consumer's raw clock when tracing began
     stats_reader: tuple | None = None  # allocator_stats.find(): jemalloc's, tcmalloc's, ...
     allocator_stats: dict = field(default_factory=dict)  # "attach"/"detach": what it read
     libc_kind: tuple = ("", "")  # the target's libc and version, for the census
@@ -313,6 +315,7 @@ class Session:
                     family_of[name].refused.append((name, f"{allocators.shown(name)}: " +
                                                     ENTRY_REFUSALS.get(names.get(state), "?")))
         self.started_at = time.time()
+        self.clock_at_attach = self.consumer.now()
         # What the process's memory was made of as tracing began (read while it runs).
         self.resident["attach"] = resident.table(self.pid, self.census.get("attach"))
         if "stats" in result:
@@ -455,6 +458,7 @@ class Session:
         # What the process's memory is made of as tracing ends (read while it runs on: the hook
         # library and the segment stay mapped in it), the consumer at rest.
         if self.target_alive():
+            self.vm_hwm = procfs.peak_rss(self.pid)
             self.take_census("detach")
             self._pins_of_the_session()
             self.resident["detach"] = resident.table(self.pid, self.census.get("detach"),
@@ -496,6 +500,7 @@ class Session:
             "heap_census": self.census,
             "mappings": self.mappings,
             "allocator_stats": self.allocator_stats,
+            "vm_hwm_bytes": self.vm_hwm or procfs.peak_rss(self.pid),
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

@@ -59,6 +59,10 @@ struct Site {
   // Sampling mode: each sampled block stands for 1/P blocks (P its chance of being sampled).
   double est_alloc_count = 0, est_alloc_bytes = 0, est_free_count = 0, est_free_bytes = 0;
   double est_uncertain_count = 0, est_uncertain_bytes = 0;
+  // Its outstanding bytes at the session's latest peak, kept the first time it changes after
+  // that peak (peak_epoch says which peak); one that has not changed since holds them still.
+  double peak_out = 0;
+  uint32_t peak_epoch = 0;
 };
 
 // What a site reports: its counts, outstanding = allocated - freed (estimated from the samples
@@ -165,10 +169,25 @@ class Aggregates {
     last_alloc_[e.tid & (kPerThread - 1)] = LastAlloc{e.tid, e.ptr};
     size_hist_[size_t(e.stack) * kBuckets + log2_bucket(e.size)]++;
     Site& s = sites_[e.stack];
+    keep_peak(s);
     s.alloc_count++;
     s.alloc_bytes += e.size;
     add_estimate(s.est_alloc_count, s.est_alloc_bytes, e.size);
     s.op_mask |= operation_bit(e.op);
+    out_total_ += weight(e.size);
+    if (out_total_ > peak_total_) {  // a new peak: every site's value now is its value at it
+      peak_total_ = out_total_;
+      peak_ts_ = e.ts;
+      peak_epoch_++;
+    }
+  }
+
+  // The session's highest outstanding bytes (estimated in sampling mode), when (raw clock),
+  // and a site's outstanding bytes at that moment.
+  double peak_total() const { return peak_total_; }
+  uint64_t peak_ts() const { return peak_ts_; }
+  double peak_of(const Site& s) const {
+    return s.peak_epoch == peak_epoch_ ? s.peak_out : outstanding(s);
   }
 
   // After the last event, when frees were dropped: `says(ptr)` is what the target's address table
@@ -274,9 +293,27 @@ class Aggregates {
   }
 
   void count_free(Site& s, uint64_t size) {
+    keep_peak(s);
     s.free_count++;
     s.free_bytes += size;
     add_estimate(s.est_free_count, s.est_free_bytes, size);
+    out_total_ -= weight(size);
+  }
+
+  // The peak without keeping events (each site's value at it kept lazily): O(1) an event.
+  double outstanding(const Site& s) const {
+    return sample_rate_ > 0 ? s.est_alloc_bytes - s.est_free_bytes
+                            : double(s.alloc_bytes) - double(s.free_bytes);
+  }
+  double weight(uint64_t size) const {
+    return sample_rate_ > 0 ? double(size) / -std::expm1(-double(size) / sample_rate_)
+                            : double(size);
+  }
+  void keep_peak(Site& s) {
+    if (s.peak_epoch != peak_epoch_) {
+      s.peak_out = outstanding(s);
+      s.peak_epoch = peak_epoch_;
+    }
   }
 
   // Sampling mode: a sampled block of `size` stands for 1 / P(sampled) blocks in the estimates
@@ -293,6 +330,9 @@ class Aggregates {
   std::vector<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0, census_frees_ = 0;
+  double out_total_ = 0, peak_total_ = 0;  // outstanding bytes now, and at the peak
+  uint64_t peak_ts_ = 0;
+  uint32_t peak_epoch_ = 0;  // which peak the sites' kept values belong to
   std::shared_ptr<census::CensusBlocks> census_;
   std::vector<LastAlloc> last_alloc_ = std::vector<LastAlloc>(kPerThread, LastAlloc{0, 0});
   std::vector<ThreadCalls> thread_calls_ = std::vector<ThreadCalls>(kPerThread);

@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -94,6 +96,8 @@ py::dict totals(const Consumer& c) {
   d["sample_rate"] = (uint64_t)a.sample_rate();
   d["sampled_allocations"] = samples;
   d["consumer_busy_ns"] = c.busy_ns();
+  d["peak_bytes"] = uint64_t(std::max(0.0, std::round(a.peak_total())));
+  d["peak_ts"] = a.peak_ts();  // raw clock: Consumer.ticks_to_ns
   return d;
 }
 
@@ -106,6 +110,12 @@ py::dict sites(const Consumer& c) {
                {&Counts::alloc_count, &Counts::alloc_bytes, &Counts::free_count,
                 &Counts::free_bytes, &Counts::out_count, &Counts::out_bytes, &Counts::op_mask,
                 &Counts::uncertain_count, &Counts::uncertain_bytes});
+  const Aggregates& a = c.aggregates();
+  py::array_t<uint64_t> peak(a.sites().size());
+  auto v = peak.mutable_unchecked<1>();
+  for (size_t i = 0; i < a.sites().size(); i++)
+    v(i) = uint64_t(std::max(0.0, std::round(a.peak_of(a.sites()[i]))));
+  d["peak_bytes"] = peak;  // outstanding at the session's peak (Aggregates::peak_of)
   return d;
 }
 
@@ -600,6 +610,7 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("release_rings", &Consumer::release_rings, py::call_guard<py::gil_scoped_release>())
       .def("ticks_to_ns", &Consumer::ticks_to_ns)
+      .def("now", &Consumer::now, "The session's clock now (raw, as events are timed).")
       .def_property_readonly("clock_origin", &Consumer::clock_origin)
       .def_property_readonly("started", &Consumer::started)
       .def_property_readonly("abandoned", &Consumer::abandoned)

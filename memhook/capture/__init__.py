@@ -4,7 +4,8 @@ and reader.py put it on disk and read it back; recorder.py follows a live sessio
 makes several processes' captures one."""
 # The columns and Capture, as every stage names them.
 from .format import (MAGIC, VERSION, HEADER, BLOCK, MAX_BLOCK, MAX_PROCESSES, SITE_COLUMNS,
-                     UNCERTAIN_COLUMNS, SERIES_COLUMNS, MEMORY_COLUMNS, PART_COLUMNS, LIVE_COLUMNS,
+                     UNCERTAIN_COLUMNS, PEAK_COLUMNS, SERIES_COLUMNS, MEMORY_COLUMNS, PART_COLUMNS,
+                     LIVE_COLUMNS,
                      BEHAVIOUR_ROWS, BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS,
                      TOP_STACKS, TICK_CHUNKS, EVENT_DTYPE, Capture, CaptureError)
 from .merge import merge, module_key, stack_key
@@ -13,7 +14,7 @@ from .recorder import Recorder, current, module_table
 from .writer import SharedWriter, Writer, write
 
 __all__ = ["MAGIC", "VERSION", "HEADER", "BLOCK", "MAX_BLOCK", "MAX_PROCESSES", "SITE_COLUMNS",
-           "UNCERTAIN_COLUMNS", "SERIES_COLUMNS", "MEMORY_COLUMNS", "PART_COLUMNS", "LIVE_COLUMNS",
+           "UNCERTAIN_COLUMNS", "PEAK_COLUMNS", "SERIES_COLUMNS", "MEMORY_COLUMNS", "PART_COLUMNS", "LIVE_COLUMNS",
            "BEHAVIOUR_ROWS", "BEHAVIOUR_HISTS", "BEHAVIOUR_LATER_HISTS", "BEHAVIOUR_PAIRS",
            "TOP_STACKS", "TICK_CHUNKS", "EVENT_DTYPE", "Capture", "CaptureError", "Recorder",
            "SharedWriter", "Writer", "current", "merge", "module_key", "module_table", "read",

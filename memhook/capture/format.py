@@ -22,6 +22,8 @@ SITE_COLUMNS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outst
 # Since the dropped-free reconciliation (0 where a capture has none): outstanding blocks and
 # bytes per stack that may have been freed unrecorded.
 UNCERTAIN_COLUMNS = ("uncertain_count", "uncertain_bytes")
+# Since the peak (absent in older captures): per stack, outstanding bytes at the session's peak.
+PEAK_COLUMNS = ("peak_bytes",)
 SERIES_COLUMNS = ("time_s", "outstanding_bytes", "outstanding_count", "alloc_count",
                   "free_count", "dropped_events")
 MEMORY_COLUMNS = ("rss_bytes", "anon_bytes", "heap_bytes")  # of the process, per row

@@ -10,8 +10,8 @@ import numpy as np
 
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      BLOCK, EVENT_DTYPE, HEADER, LIVE_COLUMNS, MAGIC, MAX_BLOCK, MAX_PROCESSES,
-                     SITE_COLUMNS,
-                     UNCERTAIN_COLUMNS, VERSION, Capture, CaptureError)
+                     PEAK_COLUMNS, SITE_COLUMNS, UNCERTAIN_COLUMNS, VERSION, Capture,
+                     CaptureError)
 from .merge import merge
 
 
@@ -103,7 +103,7 @@ def _checked_modules(mods) -> list:
 
 
 def _site_columns(names: set) -> bool:
-    return set(SITE_COLUMNS) <= names <= set(SITE_COLUMNS + UNCERTAIN_COLUMNS)
+    return set(SITE_COLUMNS) <= names <= set(SITE_COLUMNS + UNCERTAIN_COLUMNS + PEAK_COLUMNS)
 
 
 def _load_npz(payload: bytes) -> dict:
@@ -195,7 +195,8 @@ class _Assembly:
             raise CaptureError(f"{path}: aggregates name stacks the capture does not hold")
         # Stacks that appeared after the last snapshot have no aggregates yet: zeros.
         cap.sites = {k: np.concatenate([col, np.zeros(n - len(col), np.uint64)])
-                     for k in SITE_COLUMNS + UNCERTAIN_COLUMNS
+                     for k in SITE_COLUMNS + UNCERTAIN_COLUMNS + PEAK_COLUMNS
+                     if k in cap.sites or k not in PEAK_COLUMNS
                      for col in [cap.sites.get(k, np.zeros(0, np.uint64))]}
         b = cap.behaviour
         if b is not None:

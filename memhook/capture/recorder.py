@@ -132,7 +132,7 @@ class Recorder:
             self.writer.arrays(b"AGGD", id=ids.astype(np.uint64),
                                **{k: v[ids] for k, v in sites.items()})
         self._last_sites = sites
-        self.writer.json(b"META", {"totals": _ints(totals),
+        self.writer.json(b"META", {"totals": totals_now(self.session, totals),
                                    "duration_s": round(time.monotonic() - self._t0, 3)})
 
     def finish(self) -> Capture:
@@ -216,7 +216,7 @@ def current(session) -> Capture:
     """What a session's consumer holds now, as a capture of metadata, totals, modules, stacks and
     their aggregates (no series): the final report's base, and each OTLP push's."""
     consumer = session.consumer
-    meta = {**session.metadata(), "totals": _ints(consumer.totals())}
+    meta = {**session.metadata(), "totals": totals_now(session)}
     offsets, frames = consumer.stacks(0)
     # Stacks interned after the aggregates were read have no row yet; rows past the stacks read
     # are for stacks not read.
@@ -224,6 +224,18 @@ def current(session) -> Capture:
     sites = {k: v.astype(np.uint64)[:n] for k, v in consumer.sites().items()}
     return Capture(meta, module_table(session.modules.values()), sites, offsets.astype(np.uint64),
                    frames.astype(np.uint64))
+
+
+def totals_now(session, totals: dict | None = None) -> dict:
+    """The consumer's totals as a capture keeps them: whole numbers, the peak's moment in ms
+    after attach (the consumer gives it on its raw clock)."""
+    consumer = session.consumer
+    t = dict(totals or consumer.totals())
+    raw = t.pop("peak_ts", 0)
+    origin = getattr(session, "clock_at_attach", 0) or consumer.clock_origin
+    t["peak_time_ms"] = int(max(raw - origin, 0) * consumer.ticks_to_ns() / 1e6
+                            ) if raw and t.get("peak_bytes") else 0
+    return _ints(t)
 
 
 def _ints(d: dict) -> dict:

@@ -25,7 +25,8 @@ SAMPLE_TYPES = (("alloc_objects", "count", "alloc_count"), ("alloc_space", "byte
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
               "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
               "unordered_events", "sample_rate", "sampled_allocations", "reconciled_frees",
-              "uncertain_count", "uncertain_bytes", "dropped_frees_unchecked")
+              "uncertain_count", "uncertain_bytes", "dropped_frees_unchecked", "peak_bytes",
+              "peak_time_ms")
 
 
 @dataclass
@@ -88,6 +89,30 @@ def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
 
 def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
     return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
+
+
+PEAK_STACKS = 10
+
+
+def peak_rows(cap: Capture, symbolizer: Symbolizer, filters: "Filters") -> dict | None:
+    """The session's highest outstanding heap (exact in full tracing, estimated in sampling
+    mode), when, and the stacks holding most of it then, beside the process's peak RSS."""
+    totals = cap.meta.get("totals", {})
+    col = cap.sites.get("peak_bytes")
+    if not totals.get("peak_bytes") or col is None:
+        return None
+    order = [int(i) for i in np.argsort(-col.astype(np.float64)) if col[i]][:PEAK_STACKS]
+    symbolizer.prepare(x for i in order for x in cap.frames(i))
+    stacks = []
+    for i in order:
+        frames = site_frames(cap, i, symbolizer)
+        if filters.keep(frames):
+            stacks.append({"peak_bytes": int(col[i]),
+                           "outstanding_bytes": int(cap.sites["outstanding_bytes"][i]),
+                           "frames": frames})
+    return {"bytes": int(totals["peak_bytes"]), "time_s": totals.get("peak_time_ms", 0) / 1000,
+            "estimated": bool(totals.get("sample_rate")),
+            "vm_hwm_bytes": int(cap.meta.get("vm_hwm_bytes", 0)), "stacks": stacks}
 
 
 def growing_types(census: dict) -> list:
@@ -210,6 +235,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     mappings = meta.get("mappings") or {}
     if mappings.get("stacks"):
         report["mappings"] = mapping_rows(mappings, cap, symbolizer)
+    peak = peak_rows(cap, symbolizer, filters)
+    if peak:
+        report["peak"] = peak
     # The heap census (heap_census.py): the heap before attach, and at detach.
     census = {when: c for when, c in (meta.get("heap_census") or {}).items() if c}
     if census:

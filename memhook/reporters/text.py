@@ -279,6 +279,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         where = next((frame_text(f) for f in r["frames"]), "?")
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
                      f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
+    lines += peak_lines(report.get("peak"))
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
     lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
                  else "No outstanding allocations.")
@@ -299,6 +300,22 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             lines.append(f"      ... {len(s['frames']) - frames} more frames")
     lines += suppression_lines(report)
     return "\n".join(lines)
+
+
+def peak_lines(peak: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
+    """The session's highest outstanding heap and the stacks that held it then."""
+    if not peak:
+        return []
+    lines = [f"Peak: {human_bytes(peak['bytes'])} outstanding"
+             + (" (estimated from the samples)" if peak["estimated"] else "")
+             + f", {peak['time_s']:.3f} s after attach"
+             + (f"; the process's peak RSS (VmHWM) {human_bytes(peak['vm_hwm_bytes'])}"
+                if peak.get("vm_hwm_bytes") else "") + "; at that moment:"]
+    for r in peak["stacks"][:shown]:
+        lines.append(f"  {r['peak_bytes']} bytes ({human_bytes(r['peak_bytes'])}); "
+                     f"{human_bytes(r['outstanding_bytes'])} at the end")
+        lines += [f"      {frame_text(f)}" for f in r["frames"][:frames]]
+    return lines
 
 
 def suppression_lines(report: dict) -> list[str]:
