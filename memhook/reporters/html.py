@@ -17,10 +17,11 @@ h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse}td,th{padding:3px 10px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}tr:nth-child(even) td{background:#fafafa}.num{text-align:right}
 pre{margin:2px 0;font-size:12px;white-space:pre-wrap}.why{color:#555;font-size:12px}
-#flame{position:relative;width:100%;font-size:11px}
-#flame div{position:absolute;height:17px;overflow:hidden;white-space:nowrap;box-sizing:border-box;
+#flame,#peak-flame{position:relative;width:100%;font-size:11px}
+#flame div,#peak-flame div{position:absolute;height:17px;overflow:hidden;white-space:nowrap;box-sizing:border-box;
 border:1px solid #fff;background:#e8864a;cursor:pointer;padding:0 3px;color:#000}
-#flame div:hover{background:#f2b07f}#crumb{margin:6px 0;font-size:12px;color:#555}
+#flame div:hover,#peak-flame div:hover{background:#f2b07f}
+#crumb,#peak-crumb{margin:6px 0;font-size:12px;color:#555}
 svg{max-width:100%;height:auto}
 #rss{display:flex;width:100%;height:28px;border:1px solid #999;margin:8px 0}
 #rss div{height:100%;box-sizing:border-box;border-right:1px solid #fff}
@@ -30,40 +31,44 @@ svg{max-width:100%;height:auto}
 # An icicle: the root on top, callees below; widths are outstanding bytes. Click to zoom into a
 # frame, click the top bar to zoom out.
 SCRIPT = """
-const data = JSON.parse(document.getElementById('flame-data').textContent);
-const root = {name: 'all', value: 0, children: {}};
-for (const [stack, value] of data) {
-  let node = root; root.value += value;
-  for (const name of stack) {
-    node = node.children[name] = node.children[name] || {name, value: 0, children: {}};
-    node.value += value;
-  }
-}
-const box = document.getElementById('flame'), crumb = document.getElementById('crumb');
 function fmt(b) { const u = ['B','KiB','MiB','GiB']; let i = 0;
   while (b >= 1024 && i < 3) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
-function draw(top, path) {
-  box.innerHTML = ''; let depth = 0;
-  const width = box.clientWidth;
-  function place(node, x, w, d) {
-    if (w < 2) return;
-    const el = document.createElement('div');
-    el.style.left = x + 'px'; el.style.width = w + 'px'; el.style.top = (d * 18) + 'px';
-    el.textContent = node.name; el.title = node.name + ' — ' + fmt(node.value);
-    el.onclick = () => draw(node === top ? (path.length ? path[path.length - 1][0] : root) : node,
-                            node === top ? path.slice(0, -1) : path.concat([[top]]));
-    box.appendChild(el); depth = Math.max(depth, d);
-    let cx = x;
-    for (const c of Object.values(node.children).sort((a, b) => b.value - a.value)) {
-      const cw = w * c.value / node.value; place(c, cx, cw, d + 1); cx += cw;
+function flame(dataId, boxId, crumbId) {
+  const data = JSON.parse(document.getElementById(dataId).textContent);
+  const root = {name: 'all', value: 0, children: {}};
+  for (const [stack, value] of data) {
+    let node = root; root.value += value;
+    for (const name of stack) {
+      node = node.children[name] = node.children[name] || {name, value: 0, children: {}};
+      node.value += value;
     }
   }
-  place(top, 0, width, 0);
-  box.style.height = ((depth + 1) * 18) + 'px';
-  crumb.textContent = top === root ? 'Click a frame to zoom in.' :
-      'Zoomed into ' + top.name + ' (' + fmt(top.value) + '); click the top bar to zoom out.';
+  const box = document.getElementById(boxId), crumb = document.getElementById(crumbId);
+  function draw(top, path) {
+    box.innerHTML = ''; let depth = 0;
+    const width = box.clientWidth;
+    function place(node, x, w, d) {
+      if (w < 2) return;
+      const el = document.createElement('div');
+      el.style.left = x + 'px'; el.style.width = w + 'px'; el.style.top = (d * 18) + 'px';
+      el.textContent = node.name; el.title = node.name + ' — ' + fmt(node.value);
+      el.onclick = () => draw(node === top ? (path.length ? path[path.length - 1][0] : root) : node,
+                              node === top ? path.slice(0, -1) : path.concat([[top]]));
+      box.appendChild(el); depth = Math.max(depth, d);
+      let cx = x;
+      for (const c of Object.values(node.children).sort((a, b) => b.value - a.value)) {
+        const cw = w * c.value / node.value; place(c, cx, cw, d + 1); cx += cw;
+      }
+    }
+    place(top, 0, width, 0);
+    box.style.height = ((depth + 1) * 18) + 'px';
+    crumb.textContent = top === root ? 'Click a frame to zoom in.' :
+        'Zoomed into ' + top.name + ' (' + fmt(top.value) + '); click the top bar to zoom out.';
+  }
+  draw(root, []);
 }
-draw(root, []);
+flame('flame-data', 'flame', 'crumb');
+if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb');
 """
 
 
@@ -208,6 +213,18 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                s["outstanding_bytes"]] for s in report["sites"] if s["outstanding_bytes"] > 0]
     parts.append("<script id='flame-data' type='application/json'>"
                  + json.dumps(folded).replace("</", "<\\/") + "</script>")
+    peak = report.get("peak")
+    if peak:
+        held = [[[frame_name(f) for f in reversed(s["frames"])], s["peak_bytes"]]
+                for s in report["sites"] if s.get("peak_bytes")]
+        parts.append(f"<h2>Flame graph at the peak</h2><p class='why'>{human_bytes(peak['bytes'])}"
+                     f" outstanding {peak['time_s']:.3f} s after attach"
+                     + (" (estimated)" if peak["estimated"] else "")
+                     + (f"; the process's peak RSS {human_bytes(peak['vm_hwm_bytes'])}"
+                        if peak.get("vm_hwm_bytes") else "")
+                     + ": the stacks that held it then.</p><div id='peak-crumb'></div>"
+                     "<div id='peak-flame'></div><script id='peak-data' type='application/json'>"
+                     + json.dumps(held).replace("</", "<\\/") + "</script>")
     parts.append(f"<h2>Sizes and lifetimes</h2>{svg['histograms']}")
     for key, title, why, columns in TABLES:
         rows = report.get(key, [])

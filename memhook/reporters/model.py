@@ -174,6 +174,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         if not filters.keep(frames):
             continue
         site = {k: int(cap.sites[k][i]) for k in SITE_KEYS + UNCERTAIN_COLUMNS}
+        if "peak_bytes" in cap.sites:
+            site["peak_bytes"] = int(cap.sites["peak_bytes"][i])
         site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
         site["frames"] = frames
         if cap.by_process is not None:

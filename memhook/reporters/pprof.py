@@ -13,6 +13,10 @@ from ..capture import Capture
 from ..symbolize import Symbolizer
 from .model import SAMPLE_TYPES
 
+# pprof's sample types: the model's, and each stack's outstanding bytes at the session's peak
+# (0 in captures from before the peak).
+PPROF_TYPES = SAMPLE_TYPES + (("peak_space", "bytes", "peak_bytes"),)
+
 MASK64 = (1 << 64) - 1
 
 
@@ -58,7 +62,7 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
     """The report's sites (already filtered) as a gzip-compressed profile.proto."""
     strings = _Strings()
     out = bytearray()
-    for name, unit, _ in SAMPLE_TYPES:
+    for name, unit, _ in PPROF_TYPES:
         out += _message(1, _field(1, strings(name)) + _field(2, strings(unit)))
 
     mappings: dict = {}  # module path -> mapping id
@@ -108,7 +112,7 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
                 addresses.append(int(f["address"], 16))
             inside = bool(f.get("inlined"))
         ids = [location_id(a) for a in addresses]
-        values = [site[key] for _, _, key in SAMPLE_TYPES]
+        values = [site.get(key, 0) for _, _, key in PPROF_TYPES]
         samples += _message(2, _packed(1, ids) + _packed(2, values))
     out += samples + body_locations + body_functions
     meta = cap.meta

@@ -125,13 +125,14 @@ def _packed(b: bytes) -> list:
 
 
 def test_pprof(cap, rep):
-    """Go's heap profile: four sample types in Go's order, a sample per site holding bytes,
-    each location's line naming its function."""
+    """Go's heap profile: four sample types in Go's order and the peak's, a sample per site
+    holding bytes, each location's line naming its function."""
     prof = protobuf(gzip.decompress(reporters.render("pprof", cap, rep, Symbolizer(cap.modules))))
     strings = [s.decode() for s in prof[6]]
     types = [(strings[protobuf(t)[1][0]], strings[protobuf(t)[2][0]]) for t in prof[1]]
     assert types == [("alloc_objects", "count"), ("alloc_space", "bytes"),
-                     ("inuse_objects", "count"), ("inuse_space", "bytes")]
+                     ("inuse_objects", "count"), ("inuse_space", "bytes"),
+                     ("peak_space", "bytes")]
     functions = {protobuf(f)[1][0]: strings[protobuf(f)[2][0]] for f in prof[5]}
     locations = {}
     for loc in prof[4]:
@@ -142,9 +143,9 @@ def test_pprof(cap, rep):
         fields = protobuf(s)
         stack = tuple(name for lid in _packed(fields[1][0]) for name in locations[lid])
         samples[stack] = _packed(fields[2][0])
-    assert samples[("framed", "main")] == [10, 3000, 10, 3000]
-    assert samples[("frameless", "main")] == [7, 700, 7, 700]
-    assert samples[("main",)] == [1000, 16000, 0, 0]
+    assert samples[("framed", "main")] == [10, 3000, 10, 3000, 0]  # (no peak in this capture)
+    assert samples[("frameless", "main")] == [7, 700, 7, 700, 0]
+    assert samples[("main",)] == [1000, 16000, 0, 0, 0]
 
 
 def test_otlp(cap, rep):
