@@ -414,14 +414,24 @@ class Session:
         return procfs.alive(self.info)
 
     def target_execed(self) -> bool:
-        """The process replaced its program: the hook library and every slot are gone."""
-        return self.target_alive() and not self._library_still_mapped()
+        """The process replaced its program: the hook library and every slot are gone. (A
+        process that is exiting has no mappings left at all: that is not an exec.)"""
+        if not self.target_alive():
+            return False
+        try:
+            maps = procfs.read_maps(self.pid)
+        except OSError:
+            return False
+        return bool(maps) and not self._library_in(maps)
+
+    def _library_in(self, maps: list) -> bool:
+        return any(m.start == self.lib_base and m.offset == 0 and
+                   elf.HOOK_LIBRARY_NAME in m.path for m in maps)
 
     def _library_still_mapped(self) -> bool:
         """After an exec the addresses mean something else: then nothing may be written."""
         try:
-            return any(m.start == self.lib_base and m.offset == 0 and
-                       elf.HOOK_LIBRARY_NAME in m.path for m in procfs.read_maps(self.pid))
+            return self._library_in(procfs.read_maps(self.pid))
         except OSError:
             return False
 
