@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import struct
+
+import numpy as np
 from dataclasses import dataclass, field
 
 FIELDS = ("Rss", "Pss", "Private_Dirty", "Swap")
@@ -221,8 +223,8 @@ def split_by_mappings(found: list[Part], pid: int, ranges: list) -> list[Part]:
         with open(f"/proc/{pid}/pagemap", "rb") as f:
             for lo, hi, stack in ranges:
                 f.seek(lo // PAGE * 8)
-                entries = f.read((hi - lo) // PAGE * 8)
-                present = sum(1 for i in range(7, len(entries), 8) if entries[i] & 0x80)
+                entries = np.frombuffer(f.read((hi - lo) // PAGE * 8), "<u8")
+                present = int(np.count_nonzero(entries >> 63))  # bit 63: in RAM
                 per_stack[stack] = per_stack.get(stack, 0) + present * PAGE
     except OSError:
         return found

@@ -168,13 +168,13 @@ class HeapCensus {
     hs.live_end = h.first;
     c_.heap_bytes += h.end - h.lo;
     uint64_t run_start = 0, run_end = 0;
-    auto close_run = [&](bool into_top) {
+    auto close_run = [&]() {
       if (!run_start) return;
-      if (!into_top && run_end - run_start > kPage - 1 + 48) {
+      if (run_end - run_start > kPage - 1 + 48) {
         const uint64_t from = (run_start + 48 + kPage - 1) & ~(kPage - 1);
         if (run_end > from) as.trimmable += pages.bytes(from, from + ((run_end - from) & ~(kPage - 1)));
       }
-      if (!into_top) run_start = 0;
+      run_start = 0;
     };
     auto finish = [&](const Chunk& ch, bool in_use) {
       const bool in_fastbin = in_use && fast.count(ch.addr);
@@ -188,7 +188,7 @@ class HeapCensus {
         hs.live_end = ch.addr + ch.size;
         hs.last_live = ch.addr + 16, hs.last_live_size = ch.size - kSizeSz, hs.last_live_type = type;
         if (l_.tcache && ch.size == l_.tcache_chunk) tcache_candidates_.push_back({ch.addr, type, ai, hi});
-        close_run(false);
+        close_run();
         return;
       }
       hs.resident_free += res;
@@ -253,7 +253,7 @@ class HeapCensus {
       }
       run_start = 0;
     }
-    close_run(false);
+    close_run();
   }
 
   // A chunk the size of a tcache_perthread_struct is one when its counts and entries agree:
