@@ -21,6 +21,11 @@ class Arch:
                         # after one is blocked in the kernel (the GDB agent's thread choice)
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
+    # `memhook run` holds a program where its loader is done (inject/startup.py): a breakpoint
+    # instruction, and where the pc is among the words of ptrace's PTRACE_GETREGS
+    breakpoint_insn: bytes = b"\xcc"
+    regs_words: int = 27   # struct user_regs_struct
+    regs_pc: int = 16      # its rip
 
 
 # The relocations come from hook_cpp/arch/x86_64/arch.h (through the consumer module), the one

@@ -1,4 +1,5 @@
-"""Command line: `memhook -p PID ...` attaches (commands/attach.py); `memhook report FILE`
+"""Command line: `memhook -p PID ...` attaches (commands/attach.py); `memhook run -- CMD` starts
+a program traced from its first allocation (commands/launch.py); `memhook report FILE`
 reports on a capture (commands/report.py); `memhook trim -p PID` calls malloc_trim(0) in a
 process (commands/trim.py). Every failure is one line and an exit code.
 
@@ -35,6 +36,9 @@ def run(argv: list[str]) -> int:
         if argv and argv[0] == "report":
             from .commands.report import run_report
             return run_report(argv[1:])
+        if argv and argv[0] == "run":
+            from .commands.launch import run_program
+            return run_program(argv[1:])
         if argv and argv[0] == "trim":
             from .commands.trim import run_trim
             return run_trim(argv[1:])

@@ -369,6 +369,15 @@ def exported_offsets(path: str) -> dict[str, int]:
                 if s.name.startswith("memhook_") and s["st_shndx"] != "SHN_UNDEF"}
 
 
+def defined_symbols(path: str, names: set) -> dict[str, int]:
+    """Offsets of the named symbols a file's .dynsym defines (the dynamic loader's, for one)."""
+    f, elf = _open_elf(path)
+    with f:
+        dynsym = elf.get_section_by_name(".dynsym")
+        return {s.name: s["st_value"] for s in (dynsym.iter_symbols() if dynsym else ())
+                if s.name in names and s["st_shndx"] != "SHN_UNDEF"}
+
+
 def file_build_id(path: str) -> str:
     f, elf = _open_elf(path)
     with f:

@@ -34,8 +34,8 @@ def frame_text(f: dict) -> str:
     where = frame_name(f)
     if f.get("inlined"):
         where = "(inlined) " + where
-    if f["file"]:
-        return f"{where}  {f['file']}:{f['line']}"
+    if f["file"]:  # (a file without line rows: a unit built without -g, its name from DWARF)
+        return f"{where}  {f['file']}" + (f":{f['line']}" if f.get("line") else "")
     if f["module"]:
         return f"{where}  ({os.path.basename(f['module'])})"
     return where

@@ -6,6 +6,7 @@ that name that start while the run lasts are attached as they appear (/proc read
 SCAN_S). One capture holds them all; ending, the final report and the pushes have one path."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -23,6 +24,7 @@ SCAN_S = 1.0    # --pid-of: how often /proc is read for new processes of that na
 RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
 STEP_S = 0.05   # the loop's period: how soon a process's end or a Ctrl-C is seen
 EXIT_OK, EXIT_FAILED = 0, 1
+SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl-C)
 
 
 class Follower:
@@ -145,7 +147,8 @@ class Run:
 
     def __init__(self, a, opts, pushers: list, stop: dict):
         self.a, self.opts, self.pushers, self.stop = a, opts, pushers, stop
-        self.several = bool(a.pid_of) or len(a.pid) > 1
+        self.several = bool(a.pid_of) or len(a.pid or []) > 1
+        self.program = None  # memhook run: the program it started (subprocess.Popen)
         # Opened before attaching: an unwritable -o fails while every target is untouched.
         self.writer = None
         if a.output:
@@ -160,12 +163,12 @@ class Run:
     def active(self) -> list[Member]:
         return [m for m in self.members if m.cap is None]
 
-    def attach(self, pid: int) -> None:
+    def attach(self, pid: int, launched: bool = False) -> None:
         try:
             self.tried.add((pid, procfs.start_ticks(pid)))
         except (OSError, ValueError, IndexError):
             pass
-        session = Session(pid, self.opts)
+        session = Session(pid, self.opts, launched=launched)
         writer = self.writer
         if self.several and writer:
             writer = writer.process(len(self.members) + self.refused)
@@ -225,7 +228,7 @@ class Run:
         next_scan = t0
         waiting_said = False
         while not stop["reason"]:
-            time.sleep(STEP_S)
+            self.wait(STEP_S)
             now = time.monotonic()
             if a.pid_of and now >= next_scan:
                 self.discover(a.pid_of)
@@ -241,12 +244,38 @@ class Run:
                 if stop["reason"]:  # (a signal sets it at any moment: never overwritten)
                     break
                 why = m.follower.step(now)
+                if why == "target exited" and self.program:
+                    why = self.program_ended()
                 if why and not self.several:
                     stop["reason"] = stop["reason"] or why
                 elif why:
                     self.end(m, why)
             if a.pid and not self.active and not stop["reason"]:
                 stop["reason"] = "every target ended"
+
+    def wait(self, seconds: float) -> None:
+        """The loop's pause. Under memhook run, the signals memhook holds (commands/launch.py)
+        are taken meanwhile and passed on to the program, but for those a terminal sent to the
+        whole process group (the kernel's: the program has its own already)."""
+        if self.program is None:
+            time.sleep(seconds)
+            return
+        got = signal.sigtimedwait(self.a.forwarded, seconds)
+        if got is not None and got.si_code != SI_KERNEL and self.program.returncode is None:
+            try:
+                os.kill(self.program.pid, got.si_signo)
+            except ProcessLookupError:
+                pass
+
+    def program_ended(self) -> str:
+        """The started program exited: reaped, its status and peak RSS kept for the report."""
+        _, status, usage = os.wait4(self.program.pid, 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        self.program.returncode = code
+        for m in self.members:
+            m.session.vm_hwm = usage.ru_maxrss * 1024
+        return (f"program exited with code {code}" if code >= 0 else
+                f"program killed by {signal.Signals(-code).name}")
 
     def finish(self) -> None:
         """Whatever happened, every process still traced gets its slots back."""
@@ -280,8 +309,8 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
     """The report at the end of a run, in --format, and whether --fail-on-leak fails it."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
     rep = model.build(cap, symbolizer)
-    if a.suppressions or a.fail_on_leak is not None:
-        suppressions.apply(rep, suppressions.load(a.suppressions))
+    if suppressions.leak_check_asked(a):
+        suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions))
     failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
     return reporters.render(a.format, cap, rep, symbolizer, top=a.top), failed
 
@@ -289,6 +318,8 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
 def run(a, opts, stop: dict, pushers: list) -> int:
     """Attach to every process asked for, follow them until the run ends, detach, report."""
     r = Run(a, opts, pushers, stop)
+    if getattr(a, "command", None):
+        launch(r, a)
     for p in pushers:
         p.start()
     try:
@@ -297,6 +328,8 @@ def run(a, opts, stop: dict, pushers: list) -> int:
                 r.attach(pid)
         if a.pid and not r.members:
             raise TargetError("no process could be traced")
+        if r.program:
+            os.kill(r.program.pid, signal.SIGCONT)  # held since startup.py: now hooked
         r.follow()
     finally:
         r.finish()
@@ -311,12 +344,47 @@ def run(a, opts, stop: dict, pushers: list) -> int:
         print(f"memhook: {what} written to {a.output} ({r.writer.bytes} bytes)", flush=True)
     cap = capture.merge(caps) if len(caps) > 1 else caps[0]
     text, leaked = final_report(cap, a, r.symbols)
-    print(text, flush=True)
+    if getattr(a, "report_file", None):
+        with open(a.report_file, "w") as f:
+            f.write(text + "\n")
+        print(f"memhook: report written to {a.report_file}", flush=True)
+    else:
+        print(text, flush=True)
     failed = [m.session for m in r.members if m.session.detach_error]
     if failed and not r.several:
         s = failed[0]
         print(f"memhook: could not restore the slots ({s.detach_error}); the target "
               "keeps running with memhook's hooks in place", file=sys.stderr)
+    if r.program:
+        return program_exit(r, leaked)
     if failed or (a.pid and r.refused):
         return EXIT_FAILED
     return suppressions.EXIT_LEAKS if leaked else EXIT_OK
+
+
+def launch(r: Run, a) -> None:
+    """memhook run: the program started and held before its constructors (inject/startup.py),
+    then attached as any process is; one that cannot be is killed (it ran none of its code)."""
+    from .inject import startup
+    r.program = startup.start(a.command, a.signal_mask)
+    try:
+        startup.hold_before_constructors(r.program)
+        r.attach(r.program.pid, launched=True)
+    except BaseException:
+        if r.program.returncode is None:
+            r.program.kill()
+            r.program.wait()
+        raise
+
+
+def program_exit(r: Run, leaked: bool) -> int:
+    """memhook run's exit code: the program's (128+N after signal N), or 23 when it exited and
+    leaked beyond --fail-on-leak. A program memhook detached from before it ended (--duration)
+    is waited for, the signals memhook holds still passed on."""
+    while r.program.returncode is None:
+        if r.program.poll() is None:
+            r.wait(STEP_S)
+    code = r.program.returncode
+    if code < 0:
+        return 128 - code
+    return suppressions.EXIT_LEAKS if leaked else code

@@ -62,8 +62,9 @@ ENTRY_REFUSALS = {
     "planned": "the hook library did not get to it"}
 
 
-def check_target(pid: int) -> procfs.ProcessInfo:
-    """A process GDB can attach to now: alive, running, traced by no one else."""
+def check_target(pid: int, launched: bool = False) -> procfs.ProcessInfo:
+    """A process GDB can attach to now: alive, running (or held by memhook run), traced by no
+    one else."""
     info = procfs.process_info(pid)
     tracer = procfs.tracer(pid)
     if tracer:
@@ -72,7 +73,7 @@ def check_target(pid: int) -> procfs.ProcessInfo:
     st = procfs.state(pid)
     if st in "ZX":
         raise TargetError(f"PID {pid} is a zombie: it has exited and runs no code")
-    if st in "tT":
+    if st in "tT" and not launched:
         raise TargetError(f"PID {pid} is stopped (SIGSTOP or a debugger): "
                           "resume it first (kill -CONT) or detach the other debugger")
     return info
@@ -150,6 +151,7 @@ class Session:
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
+    launched: bool = False  # memhook run started it, held before its constructors
 
     @property
     def consumer(self):
@@ -178,7 +180,7 @@ class Session:
         """Everything done while the target runs untouched: checks, the scan for slots, unwind
         rows, the shared segment, the library copy and the request for the way in."""
         self.options.check()
-        self.info = check_target(self.pid)
+        self.info = check_target(self.pid, self.launched)
         remove_stale(self.pid)
         layout = elf.scan(self.pid, self.info.exe)
         library = self.library = hook_library(layout.libc)
@@ -240,7 +242,7 @@ class Session:
                 loader_blocks_signals=layout.libc == "musl",
                 entries=[(p.address, p.length) for p in plans],
                 entry_area=[area[0], area[0] + area[1]] if plans else [],
-                read_stats=self.stats_reader is not None)
+                read_stats=self.stats_reader is not None, at_startup=self.launched)
         except BaseException:
             if copy:
                 copy.remove()
@@ -328,8 +330,8 @@ class Session:
         """The heap census (heap_census.py), kept under `when`; its failure is said, never
         raised: the session goes on without it. The census at attach keeps its blocks, and the
         consumer matches the frees of pointers it never saw allocated to them."""
-        if not self.options.heap_census:
-            return
+        if not self.options.heap_census or (self.launched and when == "attach"):
+            return  # (a program held before its constructors has allocated nothing)
         try:
             self.census[when], blocks = heap_census.take(self.pid, *self.libc_kind,
                                                          keep_blocks=when == "attach",

@@ -7,6 +7,7 @@ sanitizers read, are left alone). A stack matched by a suppression is not a leak
 used", as LSan prints it), and --print-suppressions writes one line per leaking stack."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -37,6 +38,36 @@ class Suppression:
                    for name in (f.get("function"), f.get("file"), f.get("module")) if name)
 
 
+RUNTIME = re.compile(r"^(libc[.-]|libc\.musl|ld-linux|ld-musl|libstdc\+\+|libc\+\+|libgcc_s|"
+                     r"libm[.-]|libpthread|libdl[.-])")
+LOADER = re.compile(r"^(ld-linux|ld-musl)")
+DEFAULTS_SOURCE = "memhook's defaults"
+
+
+class RuntimeOwn(Suppression):
+    """What the runtime allocates once and keeps for the life of the process by design, as
+    LeakSanitizer's built-in suppressions and valgrind's "still reachable" leave out of a leak
+    check: blocks a runtime library's constructor allocated (libstdc++'s emergency exception
+    pool: every frame before the loader's _dl_init is the runtime's), and the loader's own
+    (thread-local storage, dlopen's link maps: the allocating frame is the loader's)."""
+
+    def matches(self, frames: list) -> bool:
+        modules = [os.path.basename(f.get("module") or "") for f in frames]
+        if self.pattern == "<the loader's own>":
+            return bool(modules) and LOADER.match(modules[0]) is not None
+        init = next((i for i, f in enumerate(frames)
+                     if (f.get("function") or "") in ("_dl_init", "call_init")), None)
+        return bool(init) and all(RUNTIME.match(m) for m in modules[:init])
+
+
+def defaults() -> list[Suppression]:
+    """memhook's own suppressions, after the user's (listed as used like theirs; turned off
+    by --no-default-suppressions): glibc's stdio buffers, and RuntimeOwn's two kinds."""
+    return [Suppression("_IO_file_doallocate", DEFAULTS_SOURCE),
+            RuntimeOwn("<a runtime library's constructor>", DEFAULTS_SOURCE),
+            RuntimeOwn("<the loader's own>", DEFAULTS_SOURCE)]
+
+
 def parse(text: str, source: str) -> list[Suppression]:
     out = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -52,7 +83,8 @@ def parse(text: str, source: str) -> list[Suppression]:
     return out
 
 
-def load(paths: list[str]) -> list[Suppression]:
+def load(paths: list[str], with_defaults: bool = False) -> list[Suppression]:
+    """The suppressions of every file in `paths`, then memhook's defaults if asked for."""
     out = []
     for path in paths:
         try:
@@ -60,7 +92,7 @@ def load(paths: list[str]) -> list[Suppression]:
                 out += parse(f.read(), path)
         except OSError as e:
             raise SuppressionError(f"cannot read suppressions {path}: {e.strerror}") from None
-    return out
+    return out + (defaults() if with_defaults else [])
 
 
 def apply(report: dict, suppressions: list[Suppression]) -> dict:
@@ -121,6 +153,13 @@ def _without_parameters(name: str) -> str:
         elif c == "(" and depth == 0 and i and not name[:i].endswith("operator"):
             return name[:i]
     return name
+
+
+def leak_check_asked(a) -> bool:
+    """Whether a command's arguments ask for a leak check (--suppressions, --fail-on-leak,
+    --print-suppressions): then memhook's defaults apply, unless --no-default-suppressions."""
+    return bool(a.suppressions) or a.fail_on_leak is not None or \
+        bool(getattr(a, "print_suppressions", False))
 
 
 def leaked(report: dict, threshold: int) -> bool:

@@ -71,6 +71,10 @@ def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on-leak", nargs="?", type=size_arg, const=0, default=None,
                    metavar="BYTES", help="exit with code 23 (LeakSanitizer's) when more than "
                    "BYTES (default 0) are outstanding and not suppressed")
+    p.add_argument("--no-default-suppressions", dest="default_suppressions",
+                   action="store_false", help="count what the runtime keeps for the life of "
+                   "the process by design (stdio buffers, libstdc++'s emergency exception pool, "
+                   "the loader's own) as leaks too")
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,5 +1,5 @@
-"""`memhook -p PID[,PID...]` and `memhook --pid-of NAME`: the options, the pushes and the signals;
-memhook/run.py drives the run."""
+"""`memhook -p PID[,PID...]` and `memhook --pid-of NAME`: the options (shared with `memhook run`),
+the pushes and the signals; memhook/run.py drives the run."""
 from __future__ import annotations
 
 import signal
@@ -12,12 +12,20 @@ from .arguments import (Parser, UsageError, add_leak_check_arguments, add_otlp_a
 
 def attach_parser() -> Parser:
     p = Parser(prog="memhook", description="Attach to a running process and report the call "
-               "stacks that hold unfreed memory. `memhook report FILE` reads a capture.")
+               "stacks that hold unfreed memory. `memhook report FILE` reads a capture; "
+               "`memhook run -- CMD` starts a program under memhook.")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("-p", "--pid", type=pid_list, metavar="PID[,PID...]",
                        help="process(es) to attach to")
     which.add_argument("--pid-of", metavar="NAME", help="every process whose executable (or "
                        "command name) is NAME, and those that start while memhook runs")
+    add_tracing_arguments(p)
+    return p
+
+
+def add_tracing_arguments(p: Parser) -> None:
+    """What `memhook -p` and `memhook run` share: how long, what is traced, the views, the
+    capture, the leak check and the pushes."""
     p.add_argument("--duration", type=positive_float, help="detach after this many seconds")
     p.add_argument("-o", "--output", help="write a capture file on detach")
     p.add_argument("--min-size", type=size_arg, default=Options.min_size,
@@ -63,12 +71,25 @@ def attach_parser() -> Parser:
     p.add_argument("--push-interval", type=positive_float, default=60.0, metavar="S",
                    help="seconds between pushes (default 60)")
     p.add_argument("--version", action="version", version=f"memhook {__version__}")
-    return p
 
 
 def run_attach(argv: list[str]) -> int:
     from .. import run
     a = attach_parser().parse_args(argv)
+    opts, pushers = tracing_setup(a)
+    stop = {"reason": ""}
+
+    def on_signal(signum, _frame):
+        stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
+
+    # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return run.run(a, opts, stop, pushers)
+
+
+def tracing_setup(a) -> tuple[Options, list]:
+    """The session options and the pushers the arguments ask for; bad values are UsageErrors."""
     if a.top < 1:
         raise UsageError("--top must be at least 1")
     opts = Options(depth=a.depth, min_size=a.min_size,
@@ -89,12 +110,4 @@ def run_attach(argv: list[str]) -> int:
         sinks = ([push.OtlpSink(a.otlp, labels)] if a.otlp else []) + \
             ([push.PyroscopeSink(a.pprof_push, labels)] if a.pprof_push else [])
         pushers = [push.Pusher([], sink, a.push_interval) for sink in sinks]
-    stop = {"reason": ""}
-
-    def on_signal(signum, _frame):
-        stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
-
-    # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    return run.run(a, opts, stop, pushers)
+    return opts, pushers

@@ -79,7 +79,8 @@ def run_report(argv: list[str]) -> int:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
-        known = suppressions.load(a.suppressions)
+        known = suppressions.load(a.suppressions,
+                                  suppressions.leak_check_asked(a) and a.default_suppressions)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
@@ -110,7 +111,7 @@ def run_report(argv: list[str]) -> int:
              else render_diff_text(d, top=a.top or 10), a.output)
         return EXIT_OK
     rep = model.build(cap, symbolizer, filters)
-    if known or a.fail_on_leak is not None or a.print_suppressions:
+    if suppressions.leak_check_asked(a):
         suppressions.apply(rep, known)
         if a.top:  # (the check weighs every leaking stack, not the --top shown)
             whole = model.build(cap, symbolizer, dataclasses.replace(filters, top=None))

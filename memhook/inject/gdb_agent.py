@@ -146,7 +146,9 @@ def unmap_leftovers(P):
 def do_attach(P, out):
     sym = P["symbols"]
     base = P["lib_base"]
-    if not base:
+    if not base and P.get("at_startup"):
+        out["dlopen_at"] = "startup"
+    elif not base:
         out["dlopen_at"] = "malloc entry" if stop_at_allocator_entry(P) else "thread %d" % (
             pick_thread(P).num)
     scratch = Scratch(P["arch"], P["library"], P["segment"])
@@ -304,6 +306,8 @@ def main(P):
         gdb.execute("file /proc/%d/exe" % P["pid"], to_string=True)
     except gdb.error:
         pass  # the attach will say why
+    if P.get("at_startup"):  # held by SIGSTOP (startup.py): not a stop to report mid-call
+        gdb.execute("handle SIGSTOP nostop noprint nopass", to_string=True)
     t0 = time.monotonic()
     try:
         gdb.execute("attach %d" % P["pid"], to_string=True)

@@ -59,6 +59,9 @@ class AttachRequest:
     # Start the hook library's thread that reads the allocator's own statistics (jemalloc,
     # tcmalloc, mimalloc: hook_library/allocator_stats.h) once GDB has let the process go.
     read_stats: bool = False
+    # A program memhook started, held where its loader is done (inject/startup.py): stopped
+    # (SIGSTOP), one thread, no lock held, so dlopen runs on it as it is.
+    at_startup: bool = False
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "attach"

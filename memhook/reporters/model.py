@@ -196,6 +196,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         "memhook_report": 1, "pid": meta.get("pid"), "command": meta.get("command"),
         "libc": meta.get("libc") or "",
         "duration_s": meta.get("duration_s"),
+        # why tracing ended: Ctrl-C, --duration, "program exited with code 3" (memhook run)...
+        "end_reason": meta.get("end_reason") or "",
         "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
         "sites": sites,
         # allocation functions beside libc's, and whether their calls were traced (allocators.py)

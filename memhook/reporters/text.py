@@ -1,6 +1,7 @@
 """The report as text: what `memhook report` and the final report print, and a diff's text."""
 from __future__ import annotations
 
+from .. import suppressions
 from ..format import duration_text, frame_text, human_bytes, one_line
 
 
@@ -324,8 +325,10 @@ def suppression_lines(report: dict) -> list[str]:
     if used is None and "unsuppressed" not in report:
         return []
     rule = "-" * 53
-    lines = [rule, "Suppressions used:", "  count      bytes template"]
-    lines += [f"  {s['blocks']:>5} {s['bytes']:>10} {s['pattern']}" for s in used or []]
+    lines = [rule] + (["Suppressions used:", "  count      bytes template"] if used else [])
+    lines += [f"  {s['blocks']:>5} {s['bytes']:>10} {s['pattern']}"
+              + (f"  ({s['source']})" if s["source"] == suppressions.DEFAULTS_SOURCE else "")
+              for s in used or []]
     left = report["unsuppressed"]
     lines += [rule, f"not suppressed: {left['outstanding_bytes']} bytes in "
               f"{left['outstanding_count']} blocks"]

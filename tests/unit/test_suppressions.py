@@ -46,3 +46,34 @@ def test_first_match_counts_and_the_rest_is_left():
     assert suppressions.leaked(report, 29) and not suppressions.leaked(report, 30)
     assert suppressions._without_parameters("ns::f<int(char)>(int, char*)") == "ns::f<int(char)>"
     assert suppressions._without_parameters("operator()(int)") == "operator()"
+
+
+def frame(function, module):
+    return {"function": function, "module": module, "file": None}
+
+
+def test_defaults_leave_out_what_the_runtime_keeps_by_design():
+    """A runtime library's constructor (every frame before _dl_init the runtime's), the loader's
+    own allocations and stdio's buffers; a user library's constructor, or a leak through
+    libstdc++ from the program's code, is still a leak."""
+    runtime_ctor = [frame(None, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"),
+                    frame("call_init", "/lib64/ld-linux-x86-64.so.2"),
+                    frame("_dl_init", "/lib64/ld-linux-x86-64.so.2")]
+    user_ctor = [frame("lib_init", "/opt/app/libapp.so")] + runtime_ctor[1:]
+    loader = [frame("_dl_allocate_tls", "/lib64/ld-linux-x86-64.so.2"),
+              frame("pthread_create", "/lib/x86_64-linux-gnu/libc.so.6")]
+    stdio = [frame("_IO_file_doallocate", "/lib/x86_64-linux-gnu/libc.so.6"),
+             frame("main", "/opt/app/app")]
+    through_string = [frame("operator new(unsigned long)", "/usr/lib/libstdc++.so.6"),
+                      frame("remember_session", "/opt/app/app")]
+
+    def which(stack):
+        hit = next((s for s in suppressions.defaults() if s.matches(stack)), None)
+        return hit and hit.pattern
+
+    assert which(runtime_ctor) == "<a runtime library's constructor>"
+    assert which(loader) == "<the loader's own>"
+    assert which(stdio) == "_IO_file_doallocate"
+    assert which(user_ctor) is None and which(through_string) is None
+    assert all(s.source == suppressions.DEFAULTS_SOURCE for s in suppressions.defaults())
+    assert suppressions.load([]) == [] and len(suppressions.load([], True)) == 3

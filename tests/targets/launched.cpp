@@ -1,0 +1,90 @@
+/* `memhook run` target (issue 34). Before main: launched_lib's constructor keeps 1111 bytes and
+ * a static initializer here keeps 2222. Then argv[1]:
+ *   exit N   leak 3 x 1000 bytes in leak_in_main, exit(N)
+ *   segv     leak 3 x 1000 bytes, then die of SIGSEGV
+ *   stdin    each line read: kept (strlen + 1 bytes, in keep_line), written back upper-cased
+ *   sigint   print "ready", wait for SIGINT, wait 0.5 s more for a second one, keep 4321
+ *            bytes, exit 10 + the number of SIGINTs seen
+ *   sigterm  likewise for SIGTERM, exit 20 + the number seen
+ *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
+ *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
+#include <csignal>
+#include <iostream>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctype.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+extern "C" void* lib_ctor_block;
+
+struct StaticInit {
+  void* block;
+  NOINLINE StaticInit() { block = memset(malloc(2222), 2, 2222); }
+};
+static StaticInit static_init;
+
+static void* kept[64];
+static int nkept;
+static volatile sig_atomic_t signals_seen;
+
+NOINLINE static void leak_in_main(void) {
+  for (int i = 0; i < 3; i++) kept[nkept++] = memset(malloc(1000), 3, 1000);
+}
+
+NOINLINE static void keep_line(const char* line) {
+  size_t n = strlen(line) + 1;
+  char* copy = static_cast<char*>(malloc(n));
+  memcpy(copy, line, n);
+  kept[nkept++] = copy;
+}
+
+NOINLINE static void keep_after_signal(void) { kept[nkept++] = memset(malloc(4321), 4, 4321); }
+
+static void count_signal(int) { signals_seen = signals_seen + 1; }
+
+static int wait_for_signal(int sig, int base) {
+  signal(sig, count_signal);
+  printf("ready\n");
+  fflush(stdout);
+  while (!signals_seen) pause();
+  struct timespec half = {0, 500000000};
+  while (nanosleep(&half, &half) != 0) {}
+  keep_after_signal();
+  return base + signals_seen;
+}
+
+int main(int argc, char** argv) {
+  if (!lib_ctor_block || !static_init.block || argc < 2) return 99;
+  const char* mode = argv[1];
+  if (!strcmp(mode, "exit") && argc > 2) {
+    leak_in_main();
+    exit(atoi(argv[2]));
+  }
+  if (!strcmp(mode, "segv")) {
+    leak_in_main();
+    fflush(stdout);
+    raise(SIGSEGV);
+  }
+  if (!strcmp(mode, "stdin")) {
+    char line[256];
+    while (fgets(line, sizeof line, stdin)) {
+      line[strcspn(line, "\n")] = 0;
+      keep_line(line);
+      for (char* c = line; *c; c++) *c = toupper(*c);
+      printf("%s\n", line);
+    }
+    return 0;
+  }
+  if (!strcmp(mode, "sigint")) return wait_for_signal(SIGINT, 10);
+  if (!strcmp(mode, "sigterm")) return wait_for_signal(SIGTERM, 20);
+  if (!strcmp(mode, "cout")) {
+    std::cout << "through std::cout" << std::endl;
+    printf("through printf\n");
+    return 0;
+  }
+  return 98;
+}
