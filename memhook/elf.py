@@ -71,6 +71,9 @@ class Layout:
     hook_library_file: str
     libc: str = "glibc"     # "glibc" or "musl": which hook library the target can load
     libc_version: str = ""  # as the libc file states it ("2.31", "1.2.3"), "" if it does not
+    # The program's own suppressions (`const char* __lsan_default_suppressions()`, which LSan
+    # and heaptrack read too), defined in the executable: its address, or 0
+    embedded_suppressions: int = 0
 
     @property
     def slots(self) -> list:
@@ -295,6 +298,8 @@ def scan(pid: int, exe_path: str) -> Layout:
         if exe_bias is None:
             raise TargetError("cannot compute the executable's load address")
         exe_dynamic = exe_bias + dyn[0].p_vaddr
+        embedded = _function_value(exe, EMBEDDED_SUPPRESSIONS)
+        embedded = exe_bias + embedded if embedded else 0
 
     wanted = {h.symbol: h.id for h in hooks.HOOKS}
     objects = []
@@ -358,7 +363,26 @@ def scan(pid: int, exe_path: str) -> Layout:
     own = next((o for o in objects if o.skip == "memhook's own library"), None)
     return Layout(objects, real, dlopen, mode, libc.defined.get("dlerror", 0),
                   libc.defined.get("munmap", 0), own.bias if own else 0, own.file if own else "",
-                  kind, version)
+                  kind, version, embedded)
+
+
+EMBEDDED_SUPPRESSIONS = "__lsan_default_suppressions"
+
+
+def _function_value(elf, name: str) -> int:
+    """A function the file defines, by .dynsym or .symtab (an executable exports nothing unless
+    linked with -rdynamic): its st_value, or 0. A table is searched only when its strings hold
+    the name (one search of bytes: a large program's .symtab is too long to walk in Python)."""
+    for table in (".dynsym", ".symtab"):
+        section = elf.get_section_by_name(table)
+        strings = section and elf.get_section(section["sh_link"])
+        # (as a suffix: linkers keep one string for a name that ends another)
+        if not strings or name.encode() + b"\0" not in strings.data():
+            continue
+        for sym in (section.get_symbol_by_name(name) or []) if section else []:
+            if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] == "STT_FUNC":
+                return sym["st_value"]
+    return 0
 
 
 def exported_offsets(path: str) -> dict[str, int]:

@@ -310,7 +310,8 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
     symbolizer = Symbolizer(cap.modules, cache=symbols)
     rep = model.build(cap, symbolizer)
     if suppressions.leak_check_asked(a):
-        suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions))
+        suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions,
+                                                  suppressions.embedded_in(cap)))
     failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
     return reporters.render(a.format, cap, rep, symbolizer, top=a.top), failed
 

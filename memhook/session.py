@@ -152,6 +152,7 @@ class Session:
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
     launched: bool = False  # memhook run started it, held before its constructors
+    embedded_suppressions: str = ""  # what its __lsan_default_suppressions() returned
 
     @property
     def consumer(self):
@@ -242,7 +243,8 @@ class Session:
                 loader_blocks_signals=layout.libc == "musl",
                 entries=[(p.address, p.length) for p in plans],
                 entry_area=[area[0], area[0] + area[1]] if plans else [],
-                read_stats=self.stats_reader is not None, at_startup=self.launched)
+                read_stats=self.stats_reader is not None, at_startup=self.launched,
+                embedded_suppressions=layout.embedded_suppressions)
         except BaseException:
             if copy:
                 copy.remove()
@@ -296,6 +298,7 @@ class Session:
         layout = plan.layout
         self.lib_base = result["lib_base"]
         self.patched = result["patched"]
+        self.embedded_suppressions = result.get("embedded_suppressions", "")
         by_addr = {s.addr: s for s in layout.slots}
         # A slot holding another object's PLT entry for the same function, whose own slot is
         # patched, is hooked through it (a non-PIE executable that takes malloc's address makes
@@ -513,6 +516,7 @@ class Session:
             "mappings": self.mappings,
             "allocator_stats": self.allocator_stats,
             "vm_hwm_bytes": self.vm_hwm or procfs.peak_rss(self.pid),
+            "embedded_suppressions": self.embedded_suppressions,
             "sample_rate": self.options.sample_rate,
             "min_size": self.options.min_size, "max_size": self.options.max_size,
             "slots_patched": len(self.patched), "slots_skipped": len(self.skipped),

@@ -68,23 +68,33 @@ def defaults() -> list[Suppression]:
             RuntimeOwn("<the loader's own>", DEFAULTS_SOURCE)]
 
 
-def parse(text: str, source: str) -> list[Suppression]:
+EMBEDDED_SOURCE = "the program's __lsan_default_suppressions()"
+
+
+def parse(text: str, source: str, strict: bool = True) -> list[Suppression]:
+    """`strict`: a line that is not KIND:PATTERN is a SuppressionError (a user's file); else it
+    is left out (the program's own list: not the user's to mend)."""
     out = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         kind, sep, pattern = line.partition(":")
+        if (not sep or not kind or " " in kind) and not strict:
+            continue
         if not sep or not kind or " " in kind:
             raise SuppressionError(f"{source}:{n}: not a suppression (KIND:PATTERN, such as "
                                    f"leak:my_function): {line[:80]!r}")
         if kind.strip() == "leak" and pattern.strip():
-            out.append(Suppression(pattern.strip(), f"{source}:{n}"))
+            out.append(Suppression(pattern.strip(), f"{source}:{n}" if strict else source))
     return out
 
 
-def load(paths: list[str], with_defaults: bool = False) -> list[Suppression]:
-    """The suppressions of every file in `paths`, then memhook's defaults if asked for."""
+def load(paths: list[str], with_defaults: bool = False, embedded: str = ""
+         ) -> list[Suppression]:
+    """The suppressions of every file in `paths`, then those the program embeds (its
+    __lsan_default_suppressions(), read at attach: capture metadata "embedded_suppressions"),
+    then memhook's defaults if asked for."""
     out = []
     for path in paths:
         try:
@@ -92,6 +102,7 @@ def load(paths: list[str], with_defaults: bool = False) -> list[Suppression]:
                 out += parse(f.read(), path)
         except OSError as e:
             raise SuppressionError(f"cannot read suppressions {path}: {e.strerror}") from None
+    out += parse(embedded, EMBEDDED_SOURCE, strict=False)
     return out + (defaults() if with_defaults else [])
 
 
@@ -153,6 +164,12 @@ def _without_parameters(name: str) -> str:
         elif c == "(" and depth == 0 and i and not name[:i].endswith("operator"):
             return name[:i]
     return name
+
+
+def embedded_in(cap) -> str:
+    """The suppressions every process of a capture embedded, one list."""
+    return "\n".join(dict.fromkeys(c.meta.get("embedded_suppressions") or ""
+                                    for c in (cap.processes or [cap])))
 
 
 def leak_check_asked(a) -> bool:

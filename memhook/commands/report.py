@@ -79,8 +79,7 @@ def run_report(argv: list[str]) -> int:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
                                 a.min_age, transient_ns=a.transient_threshold * 1e6)
-        known = suppressions.load(a.suppressions,
-                                  suppressions.leak_check_asked(a) and a.default_suppressions)
+        suppressions.load(a.suppressions)  # (a bad file is one line, before the capture is read)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
@@ -112,6 +111,8 @@ def run_report(argv: list[str]) -> int:
         return EXIT_OK
     rep = model.build(cap, symbolizer, filters)
     if suppressions.leak_check_asked(a):
+        known = suppressions.load(a.suppressions, a.default_suppressions,
+                                  suppressions.embedded_in(cap))
         suppressions.apply(rep, known)
         if a.top:  # (the check weighs every leaking stack, not the --top shown)
             whole = model.build(cap, symbolizer, dataclasses.replace(filters, top=None))

@@ -186,6 +186,9 @@ def do_attach(P, out):
             out["skipped"] = [[a, None if st == states["unreadable"] else orig]
                               for a, st, orig, hook in planned if st != states["patched"]]
             out["entries"] = entry_states(P, base)
+            if P.get("embedded_suppressions"):
+                out["embedded_suppressions"] = read_string(
+                    call("long(*)(void)", P["embedded_suppressions"]))
             if P["read_stats"]:  # (its thread runs once GDB lets the process go)
                 out["stats"] = call("int(*)(void)", base + sym["memhook_read_stats"])
         except BaseException:
@@ -193,6 +196,20 @@ def do_attach(P, out):
             raise
     finally:
         scratch.close()
+
+
+def read_string(at, limit=1 << 16):
+    """A NUL-terminated string of the target's, at most `limit` bytes ("" at NULL)."""
+    out = b""
+    while at and len(out) < limit:
+        try:
+            chunk = bytes(INF.read_memory(at + len(out), 256))
+        except gdb.MemoryError:
+            break
+        out += chunk.split(b"\0")[0]
+        if b"\0" in chunk:
+            break
+    return out[:limit].decode(errors="replace")
 
 
 STACK_SCAN = 256 * 1024  # bytes of each stack searched for return addresses

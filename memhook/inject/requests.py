@@ -62,6 +62,9 @@ class AttachRequest:
     # A program memhook started, held where its loader is done (inject/startup.py): stopped
     # (SIGSTOP), one thread, no lock held, so dlopen runs on it as it is.
     at_startup: bool = False
+    # The program's __lsan_default_suppressions(), called once its work is done: the string it
+    # returns is the result's "embedded_suppressions" (0: the program has none)
+    embedded_suppressions: int = 0
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "attach"

@@ -327,7 +327,8 @@ def suppression_lines(report: dict) -> list[str]:
     rule = "-" * 53
     lines = [rule] + (["Suppressions used:", "  count      bytes template"] if used else [])
     lines += [f"  {s['blocks']:>5} {s['bytes']:>10} {s['pattern']}"
-              + (f"  ({s['source']})" if s["source"] == suppressions.DEFAULTS_SOURCE else "")
+              + (f"  ({s['source']})" if s["source"] in (suppressions.DEFAULTS_SOURCE,
+                                                         suppressions.EMBEDDED_SOURCE) else "")
               for s in used or []]
     left = report["unsuppressed"]
     lines += [rule, f"not suppressed: {left['outstanding_bytes']} bytes in "

@@ -17,15 +17,20 @@ import pytest
 from conftest import TARGETS, build, memhook_cmd, report_json, site
 
 
-@pytest.fixture
-def launched(tmp_path):
+def build_launched(tmp_path, *flags, name="launched"):
     """tests/targets/launched.cpp, linked to launched_lib.c's library (its constructor
     allocates)."""
-    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", str(TARGETS / "launched_lib.c"),
-                    "-o", str(tmp_path / "liblaunched.so")], check=True)
-    return build(tmp_path, "launched.cpp", flags=["-L", str(tmp_path),
-                                                  f"-Wl,-rpath,{tmp_path}"],
+    if not (tmp_path / "liblaunched.so").exists():
+        subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", str(TARGETS / "launched_lib.c"),
+                        "-o", str(tmp_path / "liblaunched.so")], check=True)
+    return build(tmp_path, "launched.cpp", name=name,
+                 flags=["-L", str(tmp_path), f"-Wl,-rpath,{tmp_path}", *flags],
                  libs=["-llaunched"])
+
+
+@pytest.fixture
+def launched(tmp_path):
+    return build_launched(tmp_path)
 
 
 def memhook_run(tmp_path, target, *args, options=(), **kw) -> tuple:
@@ -143,6 +148,25 @@ def test_leak_check_under_run(tmp_path, launched):
     proc, _ = memhook_run(tmp_path, launched, "cout",
                           options=["--fail-on-leak=3333", "--no-default-suppressions"])
     assert proc.returncode == 23
+
+
+def test_suppressions_the_program_embeds(tmp_path):
+    """A program's __lsan_default_suppressions() (LSan's and heaptrack's convention) is read at
+    attach and applies as a file's would, from memhook run and from the capture; the text names
+    where it came from."""
+    embedded = build_launched(tmp_path, "-DEMBED_SUPPRESSIONS", name="embedded")
+    proc, rep = memhook_run(tmp_path, embedded, "exit", "0", options=["--fail-on-leak=4110"])
+    assert proc.returncode == 23, proc.stderr
+    assert [(s["pattern"], s["bytes"]) for s in rep["suppressions"]
+            if s["source"] == "the program's __lsan_default_suppressions()"] == [
+        ("StaticInit", 2222)]
+    assert rep["unsuppressed"]["outstanding_bytes"] == 4111
+    again = subprocess.run(memhook_cmd("report", tmp_path / "run.mh", "--fail-on-leak=4111"),
+                           capture_output=True, text=True, timeout=120, cwd="/")
+    assert again.returncode == 0, again.stderr
+    assert "[suppressed: leak:StaticInit]" in again.stdout
+    assert "      1       2222 StaticInit  (the program's __lsan_default_suppressions())" \
+        in again.stdout.splitlines()
 
 
 def test_bad_command_is_one_line(tmp_path):
