@@ -149,6 +149,8 @@ class Run:
         self.a, self.opts, self.pushers, self.stop = a, opts, pushers, stop
         self.several = bool(a.pid_of) or len(a.pid or []) > 1
         self.program = None  # memhook run: the program it started (subprocess.Popen)
+        self.program_hwm = 0  # its VmHWM, read every step (peak_rss() explains why)
+        self.rss_at_start = 0  # memhook's own peak RSS when it started the program
         # Opened before attaching: an unwritable -o fails while every target is untouched.
         self.writer = None
         if a.output:
@@ -244,6 +246,8 @@ class Run:
                 if stop["reason"]:  # (a signal sets it at any moment: never overwritten)
                     break
                 why = m.follower.step(now)
+                if self.program and not why:
+                    self.program_hwm = max(self.program_hwm, procfs.peak_rss(self.program.pid))
                 if why == "target exited" and self.program:
                     why = self.program_ended()
                 if why and not self.several:
@@ -273,9 +277,15 @@ class Run:
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         self.program.returncode = code
         for m in self.members:
-            m.session.vm_hwm = usage.ru_maxrss * 1024
+            m.session.vm_hwm = self.peak_rss(usage.ru_maxrss * 1024)
         return (f"program exited with code {code}" if code >= 0 else
                 f"program killed by {signal.Signals(-code).name}")
+
+    def peak_rss(self, ru_maxrss: int) -> int:
+        """The program's peak RSS. wait4's ru_maxrss is exact only above memhook's own peak
+        when it forked: the kernel carries the forked memhook's across exec into it. Below
+        that, the VmHWM read while it ran (one step's growth may be missed)."""
+        return ru_maxrss if ru_maxrss > self.rss_at_start else self.program_hwm
 
     def finish(self) -> None:
         """Whatever happened, every process still traced gets its slots back."""
@@ -366,7 +376,10 @@ def run(a, opts, stop: dict, pushers: list) -> int:
 def launch(r: Run, a) -> None:
     """memhook run: the program started and held before its constructors (inject/startup.py),
     then attached as any process is; one that cannot be is killed (it ran none of its code)."""
+    import resource
+
     from .inject import startup
+    r.rss_at_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     r.program = startup.start(a.command, a.signal_mask)
     try:
         startup.hold_before_constructors(r.program)

@@ -78,8 +78,8 @@ def _auxv(pid: int) -> dict:
     return dict(struct.iter_unpack("<QQ", raw[:len(raw) // 16 * 16]))
 
 
-def _loader(pid: int) -> tuple[int, str, bool]:
-    """The dynamic loader's load address, its file (through /proc) and whether it is musl's."""
+def _loader(pid: int) -> tuple[int, str]:
+    """The dynamic loader's load address and its file (through /proc)."""
     base = _auxv(pid).get(AT_BASE, 0)
     if not base:
         raise TargetError("the program is statically linked: there are no calls into libraries "
@@ -87,7 +87,7 @@ def _loader(pid: int) -> tuple[int, str, bool]:
     m = next((m for m in procfs.read_maps(pid) if m.start == base), None)
     if m is None or not m.path:
         raise TargetError("the program's dynamic loader is not in its mappings")
-    return base, f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}", "ld-musl" in m.path
+    return base, f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"
 
 
 def _regs(pid: int) -> ctypes.Array:
@@ -104,15 +104,15 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
     """Run the started program until its loader is done, then leave it stopped there, no longer
     traced. Returns where it is held (the loader's _dl_debug_state)."""
     pid = proc.pid
-    base, path, musl = _loader(pid)
-    names = {"_dl_debug_state", "_dl_debug_addr" if musl else "_r_debug"}
-    found = elf.defined_symbols(path, names)
-    if len(found) != 2:
-        raise TargetError("the program's dynamic loader does not export "
-                          + " and ".join(sorted(names - set(found))))
+    base, path = _loader(pid)
+    # glibc's loader exports its r_debug; musl's (its libc) a pointer to its own
+    found = elf.defined_symbols(path, {"_dl_debug_state", "_r_debug", "_dl_debug_addr"})
+    musl = "_r_debug" not in found
+    if "_dl_debug_state" not in found or not {"_r_debug", "_dl_debug_addr"} & set(found):
+        raise TargetError("the program's dynamic loader exports neither _r_debug nor "
+                          "_dl_debug_addr beside _dl_debug_state: memhook cannot tell when it "
+                          "is done")
     bp = base + found["_dl_debug_state"]
-    with procfs.Memory(pid) as mem:
-        r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else base + found["_r_debug"]
     word = ptrace(PTRACE_PEEKDATA, pid, bp) & 0xFFFFFFFFFFFFFFFF
     insn = int.from_bytes(ARCH.breakpoint_insn, "little")
     mask = (1 << 8 * len(ARCH.breakpoint_insn)) - 1
@@ -136,7 +136,9 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
             continue
         regs[ARCH.regs_pc] = bp
         ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
-        with procfs.Memory(pid) as mem:
+        with procfs.Memory(pid) as mem:  # (musl's pointer is relocated by now, not at exec)
+            r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else \
+                base + found["_r_debug"]
             state = mem.u32(r_debug + R_STATE_OFFSET)
         if state == RT_CONSISTENT and (musl or _libc_mapped(pid)):
             break

@@ -120,7 +120,8 @@ def test_ctrl_c_reaches_the_program_once(tmp_path, launched):
 
 
 def test_signals_sent_to_memhook_are_passed_on(tmp_path, launched):
-    """SIGTERM sent to memhook alone (a CI job's timeout) reaches the program once."""
+    """SIGTERM sent to memhook alone (a CI job's timeout) reaches the program once; the report
+    gives the program's own peak RSS."""
     rep = tmp_path / "report.json"
     mh = subprocess.Popen(memhook_cmd("run", "--no-live", "--format", "json", "--report-file",
                                       rep, "--", launched, "sigterm"),
@@ -128,7 +129,11 @@ def test_signals_sent_to_memhook_are_passed_on(tmp_path, launched):
     assert mh.stdout.readline() == b"ready\n"
     mh.send_signal(signal.SIGTERM)
     assert mh.wait(timeout=60) == 21, mh.stderr.read()
-    assert site(json.loads(rep.read_text()), "keep_after_signal")["outstanding_bytes"] == 4321
+    got = json.loads(rep.read_text())
+    assert site(got, "keep_after_signal")["outstanding_bytes"] == 4321
+    # Its own peak RSS, not the forked memhook's (which the kernel carries across exec into
+    # wait4's ru_maxrss): a few MiB, where memhook's Python holds tens.
+    assert 0 < got["peak"]["vm_hwm_bytes"] < 16 << 20, got["peak"]
 
 
 def test_leak_check_under_run(tmp_path, launched):
@@ -176,3 +181,23 @@ def test_bad_command_is_one_line(tmp_path):
                               timeout=60, cwd="/")
         assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
+
+
+def test_musl_program(tmp_path):
+    """A musl program (its loader is its libc, whose _dl_debug_addr points to the loader's
+    state only once the loader has relocated itself) is held and traced the same way."""
+    src = tmp_path / "musl_leak.c"
+    src.write_text('#include <stdlib.h>\n#include <string.h>\n'
+                   '__attribute__((noinline)) static void* keep(void) '
+                   '{ return memset(malloc(777), 7, 777); }\n'
+                   'static void* kept;\n'
+                   '__attribute__((constructor)) static void early(void) { kept = keep(); }\n'
+                   'int main(void) { return kept ? 5 : 1; }\n')
+    exe = tmp_path / "musl_leak"
+    subprocess.run(["musl-gcc", "-g", "-O0", "-fno-omit-frame-pointer", str(src), "-o",
+                    str(exe)], check=True)
+    proc, rep = memhook_run(tmp_path, exe)
+    assert proc.returncode == 5, proc.stderr
+    assert rep["libc"].startswith("musl ")
+    kept = site(rep, "keep")
+    assert (kept["outstanding_bytes"], functions(kept)[1]) == (777, "early"), kept
