@@ -46,5 +46,10 @@ def run_program(argv: list[str]) -> int:
     a.signal_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     a.forwarded = FORWARDED
     stop = {"reason": ""}
+    from ..inject.startup import ProgramEnded
     with contextlib.redirect_stdout(sys.stderr):
-        return run.run(a, opts, stop, pushers)
+        try:
+            return run.run(a, opts, stop, pushers)
+        except ProgramEnded as e:  # (its own message, the loader's say, is above this line)
+            print(f"memhook: {e}", file=sys.stderr)
+            return e.returncode

@@ -38,6 +38,15 @@ _ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_
 _ptrace.restype = ctypes.c_long
 
 
+class ProgramEnded(TargetError):
+    """The program ended before memhook could attach (the loader found no library it needs,
+    say): memhook run exits with its code."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def ptrace(request: int, pid: int = 0, addr: int = 0, data: int = 0) -> int:
     ctypes.set_errno(0)
     r = _ptrace(request, pid, addr, data)
@@ -61,9 +70,12 @@ def start(argv: list[str], mask: set) -> subprocess.Popen:
     except OSError as e:
         raise TargetError(f"cannot run {argv[0]}: {e.strerror}") from None
     _, status = os.waitpid(proc.pid, 0)
-    if not (os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP):
-        proc.returncode = _returncode(status)
-        raise TargetError(f"{argv[0]} did not start (wait status {status:#x})")
+    if not os.WIFSTOPPED(status):
+        _ended(proc, status, "as it started")
+    if os.WSTOPSIG(status) != signal.SIGTRAP:
+        proc.kill()
+        proc.wait()
+        raise TargetError(f"{argv[0]} did not stop at its start (signal {os.WSTOPSIG(status)})")
     ptrace(PTRACE_SETOPTIONS, proc.pid, 0, PTRACE_O_EXITKILL)  # memhook dies: so does it
     return proc
 
@@ -123,10 +135,7 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
         ptrace(PTRACE_CONT, pid, 0, signo)
         _, status = os.waitpid(pid, 0)
         if not os.WIFSTOPPED(status):
-            proc.returncode = _returncode(status)
-            raise TargetError("the program ended before its libraries were loaded" + (
-                f" (exit code {proc.returncode})" if proc.returncode >= 0 else
-                f" ({signal.Signals(-proc.returncode).name})"))
+            _ended(proc, status, "before its libraries were loaded")
         signo = os.WSTOPSIG(status)
         if signo != signal.SIGTRAP:
             continue  # its own signal: delivered as it resumes
@@ -144,13 +153,26 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
             break
         # An earlier call (RT_ADD): step over the real instruction, then trap again.
         ptrace(PTRACE_POKEDATA, pid, bp, word)
-        ptrace(PTRACE_SINGLESTEP, pid)
-        os.waitpid(pid, 0)
+        step_signal = 0
+        while True:
+            ptrace(PTRACE_SINGLESTEP, pid, 0, step_signal)
+            _, status = os.waitpid(pid, 0)
+            if not os.WIFSTOPPED(status):
+                _ended(proc, status, "before its libraries were loaded")
+            if os.WSTOPSIG(status) == signal.SIGTRAP:
+                break
+            step_signal = os.WSTOPSIG(status)  # its own: delivered on the step
         ptrace(PTRACE_POKEDATA, pid, bp, trapped)
     ptrace(PTRACE_POKEDATA, pid, bp, word)
     ptrace(PTRACE_DETACH, pid, 0, signal.SIGSTOP)
     _, status = os.waitpid(pid, os.WUNTRACED)  # stopped: no longer traced, not yet running
     if not os.WIFSTOPPED(status):
-        proc.returncode = _returncode(status)
-        raise TargetError("the program ended as memhook let it go")
+        _ended(proc, status, "as memhook let it go")
     return bp
+
+
+def _ended(proc: subprocess.Popen, status: int, when: str) -> None:
+    code = proc.returncode = _returncode(status)
+    raise ProgramEnded(f"the program ended {when} (" + (
+        f"exit code {code})" if code >= 0 else f"{signal.Signals(-code).name})"),
+        code if code >= 0 else 128 - code)

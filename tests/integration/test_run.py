@@ -174,6 +174,18 @@ def test_suppressions_the_program_embeds(tmp_path):
         in again.stdout.splitlines()
 
 
+def test_program_that_cannot_start_keeps_its_exit_code(tmp_path, launched):
+    """A program whose loader cannot find a library it needs ends before memhook can attach:
+    the loader's message, memhook's one line, and the loader's exit code (127)."""
+    (tmp_path / "liblaunched.so").unlink()
+    proc = subprocess.run(memhook_cmd("run", "--", launched, "exit", "0"), capture_output=True,
+                          text=True, timeout=60, cwd="/")
+    assert proc.returncode == 127, proc.stderr
+    assert "liblaunched.so" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "memhook: the program ended before its libraries were loaded (exit code 127)")
+
+
 def test_bad_command_is_one_line(tmp_path):
     for args, words in ((["--", "/nonexistent/program"], "cannot run /nonexistent/program"),
                         ([], "no program given")):
