@@ -6,6 +6,7 @@ that name that start while the run lasts are attached as they appear (/proc read
 SCAN_S). One capture holds them all; ending, the final report and the pushes have one path."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -147,7 +148,7 @@ class Run:
 
     def __init__(self, a, opts, pushers: list, stop: dict):
         self.a, self.opts, self.pushers, self.stop = a, opts, pushers, stop
-        self.several = bool(a.pid_of) or len(a.pid or []) > 1
+        self.several = bool(a.pid_of) or len(a.pid or []) > 1 or a.follow_fork
         self.program = None  # memhook run: the program it started (subprocess.Popen)
         self.program_hwm = 0  # its VmHWM, read every step (peak_rss() explains why)
         self.rss_at_start = 0  # memhook's own peak RSS when it started the program
@@ -165,12 +166,15 @@ class Run:
     def active(self) -> list[Member]:
         return [m for m in self.members if m.cap is None]
 
-    def attach(self, pid: int, launched: bool = False) -> None:
+    def attach(self, pid: int, launched: bool = False, forked: bool = False) -> None:
         try:
             self.tried.add((pid, procfs.start_ticks(pid)))
         except (OSError, ValueError, IndexError):
             pass
-        session = Session(pid, self.opts, launched=launched)
+        opts = self.opts
+        if forked:  # (its heap before fork is its parent's, already traced: no census)
+            opts = dataclasses.replace(opts, heap_census=False)
+        session = Session(pid, opts, launched=launched)
         writer = self.writer
         if self.several and writer:
             writer = writer.process(len(self.members) + self.refused)
@@ -179,7 +183,7 @@ class Run:
         try:
             result = attach_or_explain(session)
         except Exception as e:  # noqa: BLE001 (one process's failure is never the others')
-            if not self.several:
+            if not self.several or launched:
                 raise
             self.refused += 1
             reason = str(e) if isinstance(e, (TargetError, OSError)) else \
@@ -187,12 +191,23 @@ class Run:
             print(f"memhook: not tracing PID {pid}: {reason}", file=sys.stderr, flush=True)
             return
         say_attached(session, result)
+        if self.a.follow_fork:
+            session.consumer.set_follow_forks(True)
         recorder.start()
         label = f"PID {pid}: " if self.several else ""
         self.members.append(Member(session, recorder, Follower(
             session, recorder, self.a, view_label=label, symbols=self.symbols)))
         for p in self.pushers:
             p.add(session)
+
+    def follow_forks(self) -> None:
+        """--follow-fork: each child a traced process forked announced itself in its parent's
+        segment and waits (hook_library/lifecycle.h); attach to it, then let it go."""
+        for m in self.active:
+            for pid in m.session.consumer.forked():
+                if not any(n.session.pid == pid and n.cap is None for n in self.members):
+                    self.attach(pid, forked=True)
+                m.session.consumer.release_forked(pid)
 
     def discover(self, name: str) -> None:
         for pid in procfs.pids_named(name):
@@ -239,6 +254,8 @@ class Run:
                     waiting_said = True
                     print(f"memhook: no process named {a.pid_of} yet; waiting for one "
                           "(Ctrl-C stops)", file=sys.stderr, flush=True)
+            if a.follow_fork:
+                self.follow_forks()
             if a.duration and now - t0 >= a.duration:
                 stop["reason"] = "duration reached"
                 break
@@ -246,15 +263,17 @@ class Run:
                 if stop["reason"]:  # (a signal sets it at any moment: never overwritten)
                     break
                 why = m.follower.step(now)
-                if self.program and not why:
-                    self.program_hwm = max(self.program_hwm, procfs.peak_rss(self.program.pid))
-                if why == "target exited" and self.program:
-                    why = self.program_ended()
+                if self.program and m.session.pid == self.program.pid:
+                    if not why:
+                        self.program_hwm = max(self.program_hwm,
+                                               procfs.peak_rss(self.program.pid))
+                    elif why == "target exited":
+                        why = self.program_ended(m.session)
                 if why and not self.several:
                     stop["reason"] = stop["reason"] or why
                 elif why:
                     self.end(m, why)
-            if a.pid and not self.active and not stop["reason"]:
+            if (a.pid or self.program) and not self.active and not stop["reason"]:
                 stop["reason"] = "every target ended"
 
     def wait(self, seconds: float) -> None:
@@ -271,13 +290,12 @@ class Run:
             except ProcessLookupError:
                 pass
 
-    def program_ended(self) -> str:
+    def program_ended(self, session) -> str:
         """The started program exited: reaped, its status and peak RSS kept for the report."""
         _, status, usage = os.wait4(self.program.pid, 0)
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         self.program.returncode = code
-        for m in self.members:
-            m.session.vm_hwm = self.peak_rss(usage.ru_maxrss * 1024)
+        session.vm_hwm = self.peak_rss(usage.ru_maxrss * 1024)
         return (f"program exited with code {code}" if code >= 0 else
                 f"program killed by {signal.Signals(-code).name}")
 

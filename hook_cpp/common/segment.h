@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 15;
+constexpr uint32_t kVersion = 16;
 constexpr int kMaxHooks = 128;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -59,6 +59,8 @@ struct PatchedSlot {
 // plans it (entry_patch.py: the bytes its jump replaces, the relocated trampoline for its cell)
 // and the hook library writes it with every thread stopped (hook_library/entry_patches.h).
 constexpr int kMaxEntries = 64;
+constexpr int kMaxForked = 1024;  // children announced under --follow-fork, per session
+constexpr uint64_t kForkWaitNs = 30ull * 1000000000u;  // the longest a child waits for memhook
 // A cell: the stub to the hook (16 bytes), sampling sessions' inline sample entry (free's from
 // kEntrySampler, malloc's just before the trampoline, into which it falls through), then from
 // kEntryStub the trampoline.
@@ -151,6 +153,14 @@ struct alignas(64) Control {
   uint32_t stats_kind;   // StatsKind
   uint32_t stats_state;  // StatsState
   uint64_t stats[kStatsValues];  // per kind (allocator_stats.h); kStatsNone where not given
+
+  // --follow-fork (hook_library/lifecycle.h): memhook sets follow_forks; a child forked with
+  // the hooks armed announces its PID in `forked` and waits, its hooks passing through, until
+  // memhook has attached to it (or failed to) and cleared its entry, memhook's heartbeat stops,
+  // or kForkWaitNs pass.
+  uint32_t follow_forks;
+  uint32_t nforked;  // entries of `forked` taken (beyond kMaxForked: not followed)
+  int32_t forked[kMaxForked];
 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the

@@ -557,6 +557,9 @@ PYBIND11_MODULE(_native, m) {
       .def("totals", &totals)
       .def("reconcile", &Consumer::reconcile, py::arg("mem_fd"))
       .def("loads", &Consumer::loads)
+      .def("set_follow_forks", &Consumer::set_follow_forks)
+      .def("forked", &Consumer::forked)
+      .def("release_forked", &Consumer::release_forked)
       .def("unwind_add_rows", &add_rows, py::arg("rows"),
            "Append rows to the segment's unwind area; returns the first's index.")
       .def("unwind_publish", &publish, py::arg("objects"),

@@ -191,6 +191,29 @@ class Consumer {
   bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
   uint32_t loads() const { return __atomic_load_n(&ctl_->loads, __ATOMIC_ACQUIRE); }
+
+  // --follow-fork (hook_library/lifecycle.h): children forked with the hooks armed announce
+  // themselves and wait until their entry is cleared.
+  void set_follow_forks(bool on) {
+    __atomic_store_n(&ctl_->follow_forks, on ? 1u : 0u, __ATOMIC_RELEASE);
+  }
+  std::vector<int32_t> forked() const {
+    std::vector<int32_t> out;
+    const uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl_->nforked, __ATOMIC_ACQUIRE),
+                                          (uint32_t)kMaxForked);
+    for (uint32_t i = 0; i < n; i++)
+      if (int32_t pid = __atomic_load_n(&ctl_->forked[i], __ATOMIC_ACQUIRE)) out.push_back(pid);
+    return out;
+  }
+  void release_forked(int32_t pid) {
+    const uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl_->nforked, __ATOMIC_ACQUIRE),
+                                          (uint32_t)kMaxForked);
+    for (uint32_t i = 0; i < n; i++) {
+      int32_t expected = pid;
+      __atomic_compare_exchange_n(&ctl_->forked[i], &expected, 0, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+    }
+  }
   // The unwind area memhook fills (unwind_rows.h), or null when the segment has none.
   UnwindArea* unwind_area() const {
     if (!ctl_->unwind_bytes || released_) return nullptr;

@@ -58,6 +58,10 @@ def add_tracing_arguments(p: Parser) -> None:
     p.add_argument("--library-dir", metavar="DIR", default="",
                    help="directory, as the target sees its filesystem, to load the hook library "
                         "from (default: the first of /tmp, /var/tmp, /dev/shm not mounted noexec)")
+    p.add_argument("--follow-fork", action="store_true",
+                   help="trace the children the process forks as processes of the same run, "
+                   "each from its first allocation after fork (each child waits for memhook's "
+                   "attach, about half a second)")
     add_leak_check_arguments(p)
     p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
                    help="do not walk glibc malloc's heap at attach and detach (the census of "

@@ -213,3 +213,23 @@ def test_musl_program(tmp_path):
     assert rep["libc"].startswith("musl ")
     kept = site(rep, "keep")
     assert (kept["outstanding_bytes"], functions(kept)[1]) == (777, "early"), kept
+
+
+def test_follow_fork_traces_the_child_from_fork(tmp_path, launched):
+    """--follow-fork: a child's allocations right after fork are traced, to the byte, as a
+    process of the same run (the capture holds both); without it, the child is not traced."""
+    proc, rep = memhook_run(tmp_path, launched, "fork", options=["--follow-fork"])
+    assert proc.returncode == 0, proc.stderr
+    pids = [p["pid"] for p in rep["processes"]]
+    assert len(pids) == 2, rep["processes"]
+    parent, child = pids
+    cap = tmp_path / "run.mh"
+    mine = report_json(cap, "--pid", str(child))
+    kept = site(mine, "leak_in_child")
+    assert (kept["outstanding_bytes"], kept["outstanding_count"]) == (3500, 5)
+    assert functions(kept)[1] == "main"
+    assert site(report_json(cap, "--pid", str(parent)), "leak_in_main")["outstanding_bytes"] \
+        == 3000
+    proc, rep = memhook_run(tmp_path, launched, "fork")
+    assert proc.returncode == 0, proc.stderr
+    assert not any(f["function"] == "leak_in_child" for s in rep["sites"] for f in s["frames"])

@@ -6,6 +6,8 @@
  *   sigint   print "ready", wait for SIGINT, wait 0.5 s more for a second one, keep 4321
  *            bytes, exit 10 + the number of SIGINTs seen
  *   sigterm  likewise for SIGTERM, exit 20 + the number seen
+ *   fork     leak 3 x 1000 bytes in leak_in_main, fork: the child keeps 5 x 700 bytes in
+ *            leak_in_child at once and exits 0; the parent waits for it and exits 0
  *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
  *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
 #include <csignal>
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <ctype.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -46,6 +49,10 @@ NOINLINE static void keep_line(const char* line) {
   char* copy = static_cast<char*>(malloc(n));
   memcpy(copy, line, n);
   kept[nkept++] = copy;
+}
+
+NOINLINE static void leak_in_child(void) {
+  for (int i = 0; i < 5; i++) kept[nkept++] = memset(malloc(700), 5, 700);
 }
 
 NOINLINE static void keep_after_signal(void) { kept[nkept++] = memset(malloc(4321), 4, 4321); }
@@ -87,6 +94,18 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(mode, "sigint")) return wait_for_signal(SIGINT, 10);
   if (!strcmp(mode, "sigterm")) return wait_for_signal(SIGTERM, 20);
+  if (!strcmp(mode, "fork")) {
+    leak_in_main();
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+      leak_in_child();
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
   if (!strcmp(mode, "cout")) {
     std::cout << "through std::cout" << std::endl;
     printf("through printf\n");
