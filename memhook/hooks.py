@@ -11,7 +11,8 @@ class Hook:
     id: int
     symbol: str  # the ELF symbol whose slots are patched
     name: str    # what reports call the operation
-    kind: str    # A allocates, F frees, R reallocates, L dynamic loader
+    kind: str    # A allocates, F frees, R reallocates, L dynamic loader, M U D X the program's
+                 # own mappings, P exec (hooks.def)
     bit: int     # its operation's bit in a site's op mask (hook_cpp/common/operations.h)
 
 

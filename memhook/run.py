@@ -166,7 +166,10 @@ class Run:
     def active(self) -> list[Member]:
         return [m for m in self.members if m.cap is None]
 
-    def attach(self, pid: int, launched: bool = False, forked: bool = False) -> None:
+    def attach(self, pid: int, launched: bool = False, forked: bool = False,
+               must: bool = False) -> None:
+        """Attach to `pid` as a member of the run. A run of one, or `must` (the program memhook
+        run started), fails with it; in a run of several, one process's failure is said."""
         try:
             self.tried.add((pid, procfs.start_ticks(pid)))
         except (OSError, ValueError, IndexError):
@@ -183,7 +186,7 @@ class Run:
         try:
             result = attach_or_explain(session)
         except Exception as e:  # noqa: BLE001 (one process's failure is never the others')
-            if not self.several or launched:
+            if not self.several or must:
                 raise
             self.refused += 1
             reason = str(e) if isinstance(e, (TargetError, OSError)) else \
@@ -191,8 +194,6 @@ class Run:
             print(f"memhook: not tracing PID {pid}: {reason}", file=sys.stderr, flush=True)
             return
         say_attached(session, result)
-        if self.a.follow_fork:
-            session.consumer.set_follow_forks(True)
         recorder.start()
         label = f"PID {pid}: " if self.several else ""
         self.members.append(Member(session, recorder, Follower(
@@ -208,6 +209,31 @@ class Run:
                 if not any(n.session.pid == pid and n.cap is None for n in self.members):
                     self.attach(pid, forked=True)
                 m.session.consumer.release_forked(pid)
+
+    def follow_execs(self) -> None:
+        """--follow-fork: a traced thread about to exec announced itself (following.h): memhook
+        becomes its tracer, holds the new program where its loader is done (inject/startup.py),
+        ends the old program's session and attaches to the new one, then lets it go."""
+        from .inject import startup
+        for m in self.active:
+            tid = m.session.consumer.exec_announced()
+            if not tid:
+                continue
+            pid = m.session.pid
+            try:
+                held = startup.follow_exec(tid, pid, m.session.consumer)
+            except (OSError, TargetError) as e:
+                print(f"memhook: not following the exec of PID {pid}: {e}", file=sys.stderr,
+                      flush=True)
+                m.session.consumer.exec_done()
+                continue
+            if not held:
+                continue
+            self.end(m, "target exec'd another program")
+            try:
+                self.attach(pid, launched=True)
+            finally:
+                os.kill(pid, signal.SIGCONT)
 
     def discover(self, name: str) -> None:
         for pid in procfs.pids_named(name):
@@ -256,6 +282,7 @@ class Run:
                           "(Ctrl-C stops)", file=sys.stderr, flush=True)
             if a.follow_fork:
                 self.follow_forks()
+                self.follow_execs()
             if a.duration and now - t0 >= a.duration:
                 stop["reason"] = "duration reached"
                 break
@@ -401,7 +428,7 @@ def launch(r: Run, a) -> None:
     r.program = startup.start(a.command, a.signal_mask)
     try:
         startup.hold_before_constructors(r.program)
-        r.attach(r.program.pid, launched=True)
+        r.attach(r.program.pid, launched=True, must=True)
     except BaseException:
         if r.program.returncode is None:
             r.program.kill()

@@ -34,6 +34,7 @@ class Options:
     library_dir: str = ""  # where the target maps the hook library from ("": the first of
                            # LIBRARY_DIRS not mounted noexec)
     heap_census: bool = True  # walk glibc malloc's heap at attach and detach (heap_census.py)
+    follow_forks: bool = False  # --follow-fork: forked children and execs wait for memhook
 
     @property
     def size_filter(self) -> bool:
@@ -218,6 +219,8 @@ class Session:
                                entry_area=area)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
+        # (before the way in: a forked child runs on as soon as memhook_start has run in it)
+        self.consumer.set_follow_forks(self.options.follow_forks)
         self.stats_reader = allocator_stats.find(layout)
         if self.stats_reader and not self.stats_reader[1]:  # the allocator, but no reader
             self.allocator_stats["attach"] = allocator_stats.unreadable(self.stats_reader)
@@ -472,7 +475,7 @@ class Session:
         self.mappings = self.mappings_now()
         # What the process's memory is made of as tracing ends (read while it runs on: the hook
         # library and the segment stay mapped in it), the consumer at rest.
-        if self.target_alive():
+        if self.target_alive() and self._library_still_mapped():  # (not the program it exec'd)
             self.vm_hwm = procfs.peak_rss(self.pid)
             self.take_census("detach")
             self._pins_of_the_session()

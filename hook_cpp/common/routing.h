@@ -12,7 +12,7 @@ namespace memhook {
 enum Entry : int { kEntryEvery = 0, kEntryFilter = 1, kEntrySample = 2 };
 constexpr const char* kEntryPrefix[] = {"memhook_hook_", "memhook_filter_", "memhook_sample_"};
 
-// kind: a hooks.def row's ('A' ALLOC, 'F' FREE, 'R' REALLOC, 'L' LOADER).
+// kind: a hooks.def row's ('A' ALLOC, 'F' FREE, 'R' REALLOC, 'L' LOADER, 'P' PROCESS...).
 constexpr Entry entry_for(char kind, uint64_t sample_rate, bool size_filter) {
   if (sample_rate && (kind == 'A' || kind == 'F')) return kEntrySample;
   if (!sample_rate && size_filter && kind == 'A') return kEntryFilter;

@@ -161,7 +161,14 @@ struct alignas(64) Control {
   uint32_t follow_forks;
   uint32_t nforked;  // entries of `forked` taken (beyond kMaxForked: not followed)
   int32_t forked[kMaxForked];
+  // A thread about to exec (hook_library/following.h): its tid, and ExecState. memhook
+  // becomes its tracer (PTRACE_O_TRACEEXEC) and says go; the new program is then held where its
+  // loader is done, as memhook run holds a program it starts.
+  int32_t exec_tid;
+  uint32_t exec_state;
 };
+
+enum ExecState : uint32_t { kExecNone = 0, kExecAnnounced = 1, kExecGo = 2, kExecFailed = 3 };
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the
 // producer line, only the consumer writes `read`.

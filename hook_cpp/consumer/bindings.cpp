@@ -547,6 +547,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("MODE_OFF") = (int)kOff;
+  m.attr("EXEC_FAILED") = (int)kExecFailed;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
       .def(py::init<int>(), py::arg("segment_fd"))
@@ -560,6 +561,10 @@ PYBIND11_MODULE(_native, m) {
       .def("set_follow_forks", &Consumer::set_follow_forks)
       .def("forked", &Consumer::forked)
       .def("release_forked", &Consumer::release_forked)
+      .def("exec_announced", &Consumer::exec_announced)
+      .def("exec_state", &Consumer::exec_state)
+      .def("exec_go", &Consumer::exec_go)
+      .def("exec_done", &Consumer::exec_done)
       .def("unwind_add_rows", &add_rows, py::arg("rows"),
            "Append rows to the segment's unwind area; returns the first's index.")
       .def("unwind_publish", &publish, py::arg("objects"),

@@ -205,6 +205,18 @@ class Consumer {
       if (int32_t pid = __atomic_load_n(&ctl_->forked[i], __ATOMIC_ACQUIRE)) out.push_back(pid);
     return out;
   }
+  // A thread about to exec (following.h): its tid while it waits for memhook, else 0.
+  int32_t exec_announced() const {
+    return __atomic_load_n(&ctl_->exec_state, __ATOMIC_ACQUIRE) == kExecAnnounced
+               ? __atomic_load_n(&ctl_->exec_tid, __ATOMIC_ACQUIRE)
+               : 0;
+  }
+  uint32_t exec_state() const { return __atomic_load_n(&ctl_->exec_state, __ATOMIC_ACQUIRE); }
+  void exec_go() { __atomic_store_n(&ctl_->exec_state, (uint32_t)kExecGo, __ATOMIC_RELEASE); }
+  void exec_done() {  // memhook let go of the thread: the next exec may announce itself
+    __atomic_store_n(&ctl_->exec_state, (uint32_t)kExecNone, __ATOMIC_RELEASE);
+    __atomic_store_n(&ctl_->exec_tid, 0, __ATOMIC_RELEASE);
+  }
   void release_forked(int32_t pid) {
     const uint32_t n = std::min<uint32_t>(__atomic_load_n(&ctl_->nforked, __ATOMIC_ACQUIRE),
                                           (uint32_t)kMaxForked);

@@ -259,5 +259,6 @@ const HookEntries kHookEntries[] = {
 #define UNMAP(id, sym, ...) {id, 'U', {(void*)&memhook_hook_##sym}},
 #define RELEASE(id, sym, ...) {id, 'D', {(void*)&memhook_hook_##sym}},
 #define REMAP(id, sym, ...) {id, 'X', {(void*)&memhook_hook_##sym}},
+#define PROCESS(id, sym, ...) {id, 'P', {(void*)&memhook_hook_##sym}},
 #include "hooks.def"
 };

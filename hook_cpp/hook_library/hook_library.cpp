@@ -53,7 +53,8 @@ using namespace memhook;
 #include "slots.h"            // which slots hold their original; patch, restore
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_patches.h"    // functions no slot reaches: their first bytes, a trampoline
+#include "following.h"       // --follow-fork: a forked child, an exec, wait for memhook
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
-#include "lifecycle.h"        // memhook_start, abandon, fork
+#include "lifecycle.h"        // memhook_start, abandon
 #include "allocator_stats.h"  // jemalloc's, tcmalloc's, mimalloc's own statistics

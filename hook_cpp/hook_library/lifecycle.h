@@ -1,45 +1,9 @@
 // The session's life in the target: memhook_start (called by memhook through GDB) maps the
-// segment and arms the hooks; a forked child disarms its copy; abandon() puts everything back
-// when memhook's heartbeat stops.
+// segment and arms the hooks (a forked child disarms its copy: following.h); abandon() puts
+// everything back when memhook's heartbeat stops.
 #pragma once
 
 namespace {
-
-uint64_t monotonic_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
-}
-
-// memhook's heartbeat is older than the session allows: memhook is gone.
-bool consumer_gone(const Control* c, uint64_t now) {
-  uint64_t beat = __atomic_load_n(&c->heartbeat_ns, __ATOMIC_RELAXED);
-  return beat && now > beat + c->abandon_after_ns;
-}
-
-// A forked child must not write into its parent's rings: its hooks pass through. Under
-// --follow-fork it then announces itself in the parent's segment (still mapped here, shared)
-// and waits for memhook to attach to it as to any process (this library already loaded: a new
-// segment, memhook_start, the slots taken over), so that its first allocation after fork is
-// traced. memhook clears the entry when done, or the wait ends with memhook's heartbeat.
-void forked_child() {
-  const bool armed = active();
-  g_session.mode = kOff;
-  Control* c = g_ctl;
-  if (!armed || !c || !__atomic_load_n(&c->follow_forks, __ATOMIC_ACQUIRE)) return;
-  const uint32_t i = __atomic_fetch_add(&c->nforked, 1, __ATOMIC_ACQ_REL);
-  if (i >= (uint32_t)kMaxForked) return;
-  const int32_t self = (int32_t)syscall(SYS_getpid);
-  __atomic_store_n(&c->forked[i], self, __ATOMIC_RELEASE);
-  const uint64_t until = monotonic_ns() + kForkWaitNs;
-  for (;;) {
-    if (__atomic_load_n(&c->forked[i], __ATOMIC_ACQUIRE) != self) return;
-    const uint64_t now = monotonic_ns();
-    if (now > until || consumer_gone(c, now)) return;
-    struct timespec ms = {0, 1000000};
-    nanosleep(&ms, nullptr);
-  }
-}
 
 int g_abandoning;
 

@@ -100,7 +100,7 @@ def tracing_setup(a) -> tuple[Options, list]:
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
                    ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
                    sample_rate=a.sample_rate, library_dir=a.library_dir,
-                   heap_census=a.heap_census)
+                   heap_census=a.heap_census, follow_forks=a.follow_fork)
     try:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)

@@ -19,14 +19,19 @@ import os
 import signal
 import struct
 import subprocess
+import time
 
-from .. import elf, procfs
+from .. import _native, elf, procfs
 from ..arch import X86_64
 from ..procfs import TargetError
 
 PTRACE_TRACEME, PTRACE_PEEKDATA, PTRACE_POKEDATA = 0, 2, 5
 PTRACE_CONT, PTRACE_SINGLESTEP, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 9, 12, 13, 17
-PTRACE_SETOPTIONS, PTRACE_O_EXITKILL = 0x4200, 0x100000
+PTRACE_SETOPTIONS, PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4200, 0x4206, 0x4207
+PTRACE_O_TRACEEXEC, PTRACE_O_EXITKILL = 0x10, 0x100000
+PTRACE_EVENT_EXEC = 4
+WALL = 0x40000000    # waitpid's __WALL: a tracee that is not memhook's child, or not a leader
+EXEC_WAIT_S = 30.0   # the hook library's own limit (kForkWaitNs): then it execs untraced
 AT_BASE = 7          # the auxiliary vector's entry for the interpreter's load address
 RT_CONSISTENT = 0    # r_debug.r_state: the link map is complete
 R_STATE_OFFSET = 24  # in glibc's struct r_debug and musl's struct debug alike
@@ -115,7 +120,12 @@ def _libc_mapped(pid: int) -> bool:
 def hold_before_constructors(proc: subprocess.Popen) -> int:
     """Run the started program until its loader is done, then leave it stopped there, no longer
     traced. Returns where it is held (the loader's _dl_debug_state)."""
-    pid = proc.pid
+    return _hold(proc.pid, proc)
+
+
+def _hold(pid: int, proc: subprocess.Popen | None) -> int:
+    """hold_before_constructors() of a program memhook traces, started by it (`proc`) or caught
+    at its exec (--follow-fork: not memhook's child)."""
     base, path = _loader(pid)
     # glibc's loader exports its r_debug; musl's (its libc) a pointer to its own
     found = elf.defined_symbols(path, {"_dl_debug_state", "_r_debug", "_dl_debug_addr"})
@@ -133,7 +143,7 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
     signo = 0
     while True:
         ptrace(PTRACE_CONT, pid, 0, signo)
-        _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, WALL)
         if not os.WIFSTOPPED(status):
             _ended(proc, status, "before its libraries were loaded")
         signo = os.WSTOPSIG(status)
@@ -156,7 +166,7 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
         step_signal = 0
         while True:
             ptrace(PTRACE_SINGLESTEP, pid, 0, step_signal)
-            _, status = os.waitpid(pid, 0)
+            _, status = os.waitpid(pid, WALL)
             if not os.WIFSTOPPED(status):
                 _ended(proc, status, "before its libraries were loaded")
             if os.WSTOPSIG(status) == signal.SIGTRAP:
@@ -165,14 +175,75 @@ def hold_before_constructors(proc: subprocess.Popen) -> int:
         ptrace(PTRACE_POKEDATA, pid, bp, trapped)
     ptrace(PTRACE_POKEDATA, pid, bp, word)
     ptrace(PTRACE_DETACH, pid, 0, signal.SIGSTOP)
+    if proc is None:  # (not memhook's child: its stop is seen in /proc)
+        deadline = time.monotonic() + 5
+        while procfs.state(pid) not in "tT" and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return bp
     _, status = os.waitpid(pid, os.WUNTRACED)  # stopped: no longer traced, not yet running
     if not os.WIFSTOPPED(status):
         _ended(proc, status, "as memhook let it go")
     return bp
 
 
-def _ended(proc: subprocess.Popen, status: int, when: str) -> None:
-    code = proc.returncode = _returncode(status)
+def follow_exec(tid: int, pid: int, consumer) -> bool:
+    """--follow-fork: thread `tid` of process `pid` announced an exec and waits
+    (hook_library/following.h). Become its tracer, let it exec, and hold the new program where
+    its loader is done, stopped and no longer traced. False when the exec failed, or the
+    process ended or the thread did not exec in time: memhook has let go of it."""
+    ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACEEXEC)
+    consumer.exec_go()
+    deadline = time.monotonic() + EXEC_WAIT_S
+    waited = tid
+    while True:
+        try:
+            got, status = os.waitpid(waited, os.WNOHANG | WALL)
+        except ChildProcessError:  # a thread that execs takes the leader's id
+            if waited == pid:
+                consumer.exec_done()
+                return False
+            waited = pid
+            continue
+        if got == 0:
+            if consumer.exec_state() == _native.EXEC_FAILED or time.monotonic() > deadline:
+                _let_go(tid)
+                consumer.exec_done()
+                return False
+            time.sleep(0.001)
+            continue
+        if not os.WIFSTOPPED(status):
+            return False  # it ended
+        if status >> 16 == PTRACE_EVENT_EXEC:
+            break
+        ptrace(PTRACE_CONT, got, 0, os.WSTOPSIG(status) if status >> 16 == 0 else 0)
+    consumer.exec_done()
+    try:
+        _hold(pid, None)
+    except ProgramEnded:
+        return False
+    return True
+
+
+def _let_go(tid: int) -> None:
+    """Stop being the tracer of a thread that runs on (an exec that failed)."""
+    try:
+        ptrace(PTRACE_INTERRUPT, tid)
+        while True:
+            _, status = os.waitpid(tid, WALL)
+            if not os.WIFSTOPPED(status):
+                return
+            if status >> 16:  # the interrupt's stop (PTRACE_EVENT_STOP)
+                break
+            ptrace(PTRACE_CONT, tid, 0, os.WSTOPSIG(status))  # its own signal, delivered
+        ptrace(PTRACE_DETACH, tid)
+    except (OSError, ChildProcessError):
+        pass
+
+
+def _ended(proc: subprocess.Popen | None, status: int, when: str) -> None:
+    code = _returncode(status)
+    if proc is not None:
+        proc.returncode = code
     raise ProgramEnded(f"the program ended {when} (" + (
         f"exit code {code})" if code >= 0 else f"{signal.Signals(-code).name})"),
         code if code >= 0 else 128 - code)

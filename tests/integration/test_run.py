@@ -233,3 +233,20 @@ def test_follow_fork_traces_the_child_from_fork(tmp_path, launched):
     proc, rep = memhook_run(tmp_path, launched, "fork")
     assert proc.returncode == 0, proc.stderr
     assert not any(f["function"] == "leak_in_child" for s in rep["sites"] for f in s["frames"])
+
+
+def test_follow_fork_traces_an_exec_from_its_constructors(tmp_path, launched):
+    """--follow-fork: a forked child that execs a program is caught at the new program's loader
+    end, as memhook run starts one: its constructors' and main's allocations are traced to the
+    byte, as a process of the same run (the same PID: one session before the exec, one after)."""
+    proc, rep = memhook_run(tmp_path, launched, "exec", options=["--follow-fork"])
+    assert proc.returncode == 0, proc.stderr
+    ends = sorted(p["end_reason"] for p in rep["processes"])
+    assert ends == ["program exited with code 0", "target exec'd another program",
+                    "target exited"], rep["processes"]
+    after = site(rep, "leak_after_exec")
+    assert (after["outstanding_bytes"], after["outstanding_count"]) == (3600, 6)
+    # The library constructor ran twice: in the program memhook run started, and in the one
+    # the child exec'd.
+    ctor = site(rep, "allocate_in_ctor")
+    assert (ctor["outstanding_bytes"], ctor["outstanding_count"]) == (2222, 2)

@@ -8,6 +8,8 @@
  *   sigterm  likewise for SIGTERM, exit 20 + the number seen
  *   fork     leak 3 x 1000 bytes in leak_in_main, fork: the child keeps 5 x 700 bytes in
  *            leak_in_child at once and exits 0; the parent waits for it and exits 0
+ *   exec     fork; the child execs this program again with "exec-child"; wait for it, exit 0
+ *   exec-child  keep 6 x 600 bytes in leak_after_exec, exit 0
  *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
  *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
 #include <csignal>
@@ -53,6 +55,10 @@ NOINLINE static void keep_line(const char* line) {
 
 NOINLINE static void leak_in_child(void) {
   for (int i = 0; i < 5; i++) kept[nkept++] = memset(malloc(700), 5, 700);
+}
+
+NOINLINE static void leak_after_exec(void) {
+  for (int i = 0; i < 6; i++) kept[nkept++] = memset(malloc(600), 6, 600);
 }
 
 NOINLINE static void keep_after_signal(void) { kept[nkept++] = memset(malloc(4321), 4, 4321); }
@@ -105,6 +111,22 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(child, &status, 0);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  if (!strcmp(mode, "exec")) {
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+      char* const again[] = {argv[0], (char*)"exec-child", nullptr};
+      execv(argv[0], again);
+      _exit(96);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  if (!strcmp(mode, "exec-child")) {
+    leak_after_exec();
+    return 0;
   }
   if (!strcmp(mode, "cout")) {
     std::cout << "through std::cout" << std::endl;

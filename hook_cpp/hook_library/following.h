@@ -1,0 +1,105 @@
+// --follow-fork: a child forked with the hooks armed, and a program about to exec, each wait
+// for memhook, so that the child's first allocation, and the new program's, are traced. The
+// wait ends when memhook is done with them, when its heartbeat stops, or after kForkWaitNs.
+#pragma once
+
+namespace {
+
+uint64_t monotonic_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+}
+
+// memhook's heartbeat is older than the session allows: memhook is gone.
+bool consumer_gone(const Control* c, uint64_t now) {
+  uint64_t beat = __atomic_load_n(&c->heartbeat_ns, __ATOMIC_RELAXED);
+  return beat && now > beat + c->abandon_after_ns;
+}
+
+// Nap 1 ms at a time until done() holds (true), or memhook is gone or the wait too long (false).
+template <class Done>
+bool wait_for_memhook(const Control* c, Done done) {
+  const uint64_t until = monotonic_ns() + kForkWaitNs;
+  for (;;) {
+    if (done()) return true;
+    const uint64_t now = monotonic_ns();
+    if (now > until || consumer_gone(c, now)) return false;
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, nullptr);
+  }
+}
+
+bool following(const Control* c) {
+  return c && __atomic_load_n(&c->follow_forks, __ATOMIC_ACQUIRE);
+}
+
+// A forked child must not write into its parent's rings: its hooks pass through. Under
+// --follow-fork it then announces itself in the parent's segment (still mapped here, shared)
+// and waits for memhook to attach to it as to any process (this library already loaded: a new
+// segment, memhook_start, the slots taken over), so that its first allocation after fork is
+// traced. memhook clears the entry when done; or memhook_start ends the wait first: it maps
+// the child's own segment over the parent's, where this entry reads 0.
+void forked_child() {
+  const bool armed = active();
+  g_session.mode = kOff;
+  Control* c = g_ctl;
+  if (!armed || !following(c)) return;
+  const uint32_t i = __atomic_fetch_add(&c->nforked, 1, __ATOMIC_ACQ_REL);
+  if (i >= (uint32_t)kMaxForked) return;
+  const int32_t self = (int32_t)syscall(SYS_getpid);
+  __atomic_store_n(&c->forked[i], self, __ATOMIC_RELEASE);
+  wait_for_memhook(c, [&] { return __atomic_load_n(&c->forked[i], __ATOMIC_ACQUIRE) != self; });
+}
+
+// An exec under --follow-fork: this thread announces itself and waits until memhook is its
+// tracer (it then sees the exec, and holds the new program where its loader is done), then
+// execs. An exec that fails says so and waits until memhook has let go of the thread.
+template <class Exec>
+int exec_followed(Exec real_exec) {
+  Control* c = g_ctl;
+  int32_t self = 0;
+  if (active() && following(c)) {
+    const int32_t tid = (int32_t)syscall(SYS_gettid);
+    int32_t none = 0;
+    if (__atomic_compare_exchange_n(&c->exec_tid, &none, tid, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      __atomic_store_n(&c->exec_state, (uint32_t)kExecAnnounced, __ATOMIC_RELEASE);
+      if (wait_for_memhook(c, [&] {
+            return __atomic_load_n(&c->exec_state, __ATOMIC_ACQUIRE) == kExecGo;
+          })) {
+        self = tid;
+      } else {  // memhook did not come: exec untraced
+        __atomic_store_n(&c->exec_state, (uint32_t)kExecNone, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->exec_tid, 0, __ATOMIC_RELEASE);
+      }
+    }
+  }
+  const int rc = real_exec();
+  if (self) {
+    const int saved = errno;
+    __atomic_store_n(&c->exec_state, (uint32_t)kExecFailed, __ATOMIC_RELEASE);
+    wait_for_memhook(c, [&] { return __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) != self; });
+    errno = saved;
+  }
+  return rc;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execve(
+    const char* f, char* const* a, char* const* e) {
+  return exec_followed([&] { return REAL(execve)(f, a, e); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execv(const char* f,
+                                                                        char* const* a) {
+  return exec_followed([&] { return REAL(execv)(f, a); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execvp(const char* f,
+                                                                         char* const* a) {
+  return exec_followed([&] { return REAL(execvp)(f, a); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execvpe(
+    const char* f, char* const* a, char* const* e) {
+  return exec_followed([&] { return REAL(execvpe)(f, a, e); });
+}
