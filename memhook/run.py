@@ -13,7 +13,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import capture, elf, procfs, reporters, suppressions
+import numpy as np
+
+from . import capture, elf, procfs, reporters, snapshot_when, suppressions
 from .reporters import model
 from .format import one_line
 from .live_view import LiveView
@@ -77,6 +79,8 @@ class Member:
     recorder: capture.Recorder
     follower: Follower
     cap: capture.Capture | None = None
+    cgroup: tuple | None = None  # its memory cgroup, and the OOM kills it had counted at attach
+    oom_kills: int = 0
 
 
 def attach_or_explain(session, way_in=None) -> dict:
@@ -113,6 +117,26 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
                    f"{human_bytes(c['live']['bytes'])}" + (f" ({named}, ...)" if named else "")
                    + f"; malloc keeps {human_bytes(free)} free, about "
                    f"{human_bytes(c['trimmable_bytes'])} of it resident and trimmable")
+    return out
+
+
+def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
+    """A snapshot as memhook prints it when it takes one: what, when, and the largest stacks."""
+    from .format import frame_name, human_bytes
+    sites, s = snap["sites"], m.session
+    order = np.argsort(-sites["outstanding_bytes"].astype(np.float64))[:top]
+    out = [f"memhook: snapshot {snap['number']} of PID {s.pid}, {snap['time_s']:.3f} s after "
+           f"attach ({snap['reason']}): {human_bytes(int(sites['outstanding_bytes'].sum()))} "
+           f"outstanding in {int(sites['outstanding_count'].sum())} blocks"]
+    offsets, frames = s.consumer.stacks(0)
+    for i in order:
+        if not sites["outstanding_bytes"][i]:
+            break
+        stack = int(sites["id"][i])
+        names = [frame_name(f.as_dict()) for x in frames[offsets[stack]:offsets[stack + 1]][:3]
+                 for f in m.follower.symbolizer.frames(int(x))][:3]
+        out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  "
+                   + " <- ".join(names))
     return out
 
 
@@ -161,6 +185,7 @@ class Run:
         self.tried: set = set()  # (pid, start time): a PID reused later is another process
         self.symbols: dict = {}  # the live views' per-file symbols, loaded once for all
         self.refused = 0
+        self.snapshots_taken = 0
 
     @property
     def active(self) -> list[Member]:
@@ -196,8 +221,10 @@ class Run:
         say_attached(session, result)
         recorder.start()
         label = f"PID {pid}: " if self.several else ""
+        group = snapshot_when.memory_cgroup(pid)
         self.members.append(Member(session, recorder, Follower(
-            session, recorder, self.a, view_label=label, symbols=self.symbols)))
+            session, recorder, self.a, view_label=label, symbols=self.symbols),
+            cgroup=group, oom_kills=snapshot_when.oom_kills(group)))
         for p in self.pushers:
             p.add(session)
 
@@ -246,6 +273,8 @@ class Run:
 
     def end(self, m: Member, reason: str) -> None:
         s = m.session
+        if reason == "target exited" and snapshot_when.oom_kills(m.cgroup) > m.oom_kills:
+            reason = "target exited; its memory cgroup counted an OOM kill"
         s.detach(reason)
         who = f" from PID {s.pid}" if self.several else ""
         print(f"memhook: detached{who} ({reason}): {s.restored} slots restored"
@@ -283,6 +312,7 @@ class Run:
             if a.follow_fork:
                 self.follow_forks()
                 self.follow_execs()
+            self.snapshots()
             if a.duration and now - t0 >= a.duration:
                 stop["reason"] = "duration reached"
                 break
@@ -303,6 +333,29 @@ class Run:
             if (a.pid or self.program) and not self.active and not stop["reason"]:
                 stop["reason"] = "every target ended"
 
+    def snapshots(self) -> None:
+        """A snapshot of every process traced, when asked for (SIGUSR1 to memhook, `memhook
+        snapshot`) and when a --snapshot-when condition first holds."""
+        asked = self.stop.pop("snapshots", 0)
+        if asked:
+            self.snapshot("asked (SIGUSR1)")
+        for c in self.a.conditions:
+            if c.fired:
+                continue
+            for m in self.active:
+                why = c.check(m.session)
+                if why:
+                    c.fired = True
+                    self.snapshot(f"{c.text}: PID {m.session.pid}: {why}")
+                    break
+
+    def snapshot(self, reason: str) -> None:
+        """Snapshot N of every active process: a SNAP block in the capture now, and its lines."""
+        self.snapshots_taken += 1
+        for m in self.active:
+            snap = m.recorder.snapshot(reason, self.snapshots_taken)
+            print("\n".join(snapshot_lines(m, snap, self.a.top)), flush=True)
+
     def wait(self, seconds: float) -> None:
         """The loop's pause. Under memhook run, the signals memhook holds (commands/launch.py)
         are taken meanwhile and passed on to the program, but for those a terminal sent to the
@@ -310,8 +363,10 @@ class Run:
         if self.program is None:
             time.sleep(seconds)
             return
-        got = signal.sigtimedwait(self.a.forwarded, seconds)
-        if got is not None and got.si_code != SI_KERNEL and self.program.returncode is None:
+        got = signal.sigtimedwait(self.a.forwarded | {signal.SIGUSR1}, seconds)
+        if got is not None and got.si_signo == signal.SIGUSR1:
+            self.stop["snapshots"] = self.stop.get("snapshots", 0) + 1
+        elif got is not None and got.si_code != SI_KERNEL and self.program.returncode is None:
             try:
                 os.kill(self.program.pid, got.si_signo)
             except ProcessLookupError:

@@ -67,6 +67,9 @@ class Capture:
     # process, the merged id of each of its stacks.
     processes: list = field(default_factory=list)
     by_process: dict | None = None
+    # SNAP blocks (snapshots.py), in order: number, time_s, reason, totals, rss_bytes, and
+    # `sites` ({id, SITE_COLUMNS} of the stacks with any activity then)
+    snapshots: list = field(default_factory=list)
 
     @property
     def stack_count(self) -> int:

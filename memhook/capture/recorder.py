@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import procfs, resident
-from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, TICK_CHUNKS,
-                     TOP_STACKS, Capture)
+from . import snapshots
+from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
+                     TICK_CHUNKS, TOP_STACKS, Capture)
 from .writer import Writer
 
 # What a live session holds in memory for its final report before it halves the series'
@@ -37,6 +38,7 @@ class Recorder:
     _last_sites: dict = field(default_factory=dict)
     _last_snapshot: float = 0.0
     _t0: float = field(default_factory=time.monotonic)
+    snapshots: list = field(default_factory=list)  # snapshot() taken, as Capture.snapshots
 
     def __post_init__(self):
         if self.path:
@@ -135,6 +137,25 @@ class Recorder:
         self.writer.json(b"META", {"totals": totals_now(self.session, totals),
                                    "duration_s": round(time.monotonic() - self._t0, 3)})
 
+    def snapshot(self, reason: str, number: int | None = None) -> dict:
+        """The aggregates now, kept as snapshot `number` (the next one unless given) and written
+        at once as a SNAP block after a checkpoint (its stacks in the file before it)."""
+        consumer = self.session.consumer
+        self.checkpoint()
+        n = self.stacks_written if self.writer else len(consumer.stacks(0)[0]) - 1
+        sites = {k: v[:n].astype(np.uint64) for k, v in consumer.sites().items()}
+        info = {"number": number or len(self.snapshots) + 1,
+                "time_s": round(time.monotonic() - self._t0, 3), "reason": reason,
+                "totals": totals_now(self.session),
+                "rss_bytes": procfs.memory(self.session.pid).get("rss_bytes", 0)}
+        arrays = snapshots.block(info, sites)
+        if self.writer:
+            self.writer.arrays(b"SNAP", **arrays)
+        snap = {**info, "sites": {"id": arrays["id"].astype(np.int64),
+                                  **{k: arrays[k] for k in SITE_COLUMNS}}}
+        self.snapshots.append(snap)
+        return snap
+
     def finish(self) -> Capture:
         """After detach: the final tick, the closing blocks, and the whole capture in memory."""
         self.tick(final=True)
@@ -153,6 +174,7 @@ class Recorder:
         cap.series = self.held_series()
         cap.events = np.concatenate(self.events) if self.events else None
         cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
+        cap.snapshots = self.snapshots
         return cap
 
     def recent(self, stacks, n: int) -> tuple[np.ndarray, dict]:

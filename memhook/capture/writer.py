@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from . import snapshots
 from .format import BLOCK, HEADER, MAGIC, VERSION, Capture
 
 
@@ -83,6 +84,9 @@ def write(path: str, cap: Capture) -> None:
     w.arrays(b"STKS", first=np.array(0, np.uint64), offsets=cap.stack_offsets,
              frames=cap.stack_frames)
     w.arrays(b"AGGR", **cap.sites)
+    for snap in cap.snapshots:
+        w.arrays(b"SNAP", **snapshots.block({k: snap[k] for k in snapshots.FIELDS},
+                                             snap["sites"], ids=snap["sites"]["id"]))
     if cap.series:
         w.arrays(b"TSER", **cap.series)
     if cap.events is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from .. import __version__, suppressions
+from .. import __version__, snapshot_when, suppressions
 from ..session import MAX_SIZE, Options
 from .arguments import (Parser, UsageError, add_leak_check_arguments, add_otlp_arguments,
                         otlp_url, pid_list, positive_float, size_arg)
@@ -68,6 +68,11 @@ def add_tracing_arguments(p: Parser) -> None:
                         "blocks allocated before attach, free space and fragmentation)")
     p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
                    help="seconds between aggregate snapshots in the capture (default 60)")
+    p.add_argument("--snapshot-when", action="append", default=[], metavar="COND",
+                   help="take a snapshot (as SIGUSR1 to memhook does) the first time COND "
+                   "holds: rss>SIZE, heap>SIZE (outstanding), pressure (the memory cgroup above "
+                   "its soft limit or memory.high, or its limit or OOM counters moving), "
+                   "psi>PERCENT (memory PSI some avg10); repeatable")
     add_otlp_arguments(p, "every --push-interval and at detach")
     p.add_argument("--pprof-push", type=otlp_url, metavar="URL", help="send the profile as "
                    "gzip pprof to Pyroscope's ingest API (URL/ingest) every --push-interval and "
@@ -86,9 +91,13 @@ def run_attach(argv: list[str]) -> int:
     def on_signal(signum, _frame):
         stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
 
+    def on_snapshot(_signum, _frame):  # (taken by the run's loop: run.py)
+        stop["snapshots"] = stop.get("snapshots", 0) + 1
+
     # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_snapshot)
     return run.run(a, opts, stop, pushers)
 
 
@@ -104,6 +113,7 @@ def tracing_setup(a) -> tuple[Options, list]:
     try:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)
+        a.conditions = [snapshot_when.parse(t) for t in a.snapshot_when]
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -14,6 +14,7 @@ from .arguments import Parser, UsageError
 from .attach import add_tracing_arguments, tracing_setup
 
 # Sent to memhook, passed on to the program; a terminal's (the kernel's) reached it already.
+# (SIGUSR1 is memhook's own: a snapshot, as under -p.)
 FORWARDED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR2}
 
 
@@ -43,7 +44,7 @@ def run_program(argv: list[str]) -> int:
         except OSError as e:
             raise UsageError(f"cannot write {a.report_file}: {e.strerror}") from None
     # Held, and read in memhook's loop (run.py): the program unblocks them for itself.
-    a.signal_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    a.signal_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED | {signal.SIGUSR1})
     a.forwarded = FORWARDED
     stop = {"reason": ""}
     from ..inject.startup import ProgramEnded

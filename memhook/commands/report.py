@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 from ..procfs import TargetError
@@ -34,8 +35,11 @@ def report_parser() -> Parser:
                    "regular expression")
     p.add_argument("--weight", choices=("outstanding", "allocated", "count"),
                    default="outstanding", help="collapsed format: what a stack weighs")
+    p.add_argument("--snapshot", type=int, metavar="N", help="report on snapshot N of the "
+                   "capture (SIGUSR1, `memhook snapshot`, --snapshot-when) instead of its end")
     p.add_argument("--diff", metavar="OTHER", help="per-stack change in outstanding bytes from "
-                   "this capture to OTHER")
+                   "this capture to OTHER, another capture; or, given a number M, from snapshot "
+                   "M of this capture to its end (or to --snapshot N)")
     p.add_argument("--min-age", type=positive_float, default=60.0,
                    help="leak suspects: live blocks at least this many seconds old count as old")
     p.add_argument("--transient-threshold", type=positive_float, default=1.0,
@@ -67,6 +71,16 @@ def emit(text, path: str | None) -> None:
         sys.stdout.flush()
 
 
+def snapshot_of(cap, number: int, path: str):
+    """Snapshot `number` of a capture (capture/snapshots.py), or a one-line usage error."""
+    from ..capture import snapshots
+    try:
+        return snapshots.at(cap, number)
+    except KeyError:
+        have = ", ".join(map(str, snapshots.numbers(cap))) or "none"
+        raise UsageError(f"{path} holds no snapshot {number} (snapshots: {have})") from None
+
+
 def run_report(argv: list[str]) -> int:
     from .. import capture, reporters, suppressions
     from ..reporters import model
@@ -96,14 +110,24 @@ def run_report(argv: list[str]) -> int:
     if not cap.complete:
         print(f"memhook: warning: {a.capture} was cut off; reporting what it holds",
               file=sys.stderr)
+    whole = cap
+    if a.snapshot is not None:
+        cap = snapshot_of(whole, a.snapshot, a.capture)
     if a.diff:
         if a.format not in ("text", "json"):
             raise UsageError("--diff reports as text or json")
-        other = capture.read(a.diff)
-        other_symbolizer = symbolizer.for_modules(other.modules)
+        if a.diff.isdigit() and not os.path.exists(a.diff):  # a snapshot of this capture
+            base, other = snapshot_of(whole, int(a.diff), a.capture), cap
+            other_symbolizer = symbolizer
+        else:
+            base, other = cap, capture.read(a.diff)
+            other_symbolizer = symbolizer.for_modules(other.modules)
         everything = model.Filters(a.min_size, a.max_size, a.module, a.function)
-        d = model.diff(model.build(cap, symbolizer, everything),
-                       model.build(other, other_symbolizer, everything), cap, other)
+        d = model.diff(model.build(base, symbolizer, everything),
+                       model.build(other, other_symbolizer, everything), base, other)
+        if base is not cap or a.snapshot is not None:
+            d["base"]["snapshot"] = int(a.diff) if base is not cap else a.snapshot
+            d["other"]["snapshot"] = a.snapshot if base is not cap else None
         if a.top:
             d["sites"] = d["sites"][:a.top]
         emit(json.dumps(d, indent=1) if a.format == "json"

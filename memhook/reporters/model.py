@@ -13,6 +13,7 @@ import numpy as np
 from .. import analysis, hooks
 from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
                        stack_key)
+from ..capture import snapshots
 from ..symbolize import Symbolizer
 
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
@@ -222,6 +223,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
                             "frames": site_frames(cap, r["stack"], symbolizer)} for r in rows]
         report["transient_threshold_ns"] = filters.transient_ns
         report["histograms"] = analysis.histograms(cap)
+    if snapshots.numbers(cap):  # (memhook report FILE --snapshot N reports on one)
+        report["snapshots"] = snapshots.listing(cap)
     if cap.processes:
         report["processes"], suspects = process_rows(cap, symbolizer, filters)
         report["leak_suspects"] = suspects[:filters.suspects]

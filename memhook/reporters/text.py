@@ -219,6 +219,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         f"memhook report: {who}, "
         + (f"{one_line(report['libc'])}, " if report.get("libc") and not procs else "")
         + f"{report['duration_s']} s traced"
+        + (f" [at {report['end_reason']}]" if report.get("end_reason", "").startswith(
+            "snapshot ") else "")
         + (" [capture cut off]" if report.get("incomplete") else ""),
         f"  allocated {t['alloc_count']} blocks, {human_bytes(t['alloc_bytes'])}; "
         f"freed {t['free_count']} blocks, {human_bytes(t['free_bytes'])}",
@@ -281,6 +283,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
                      f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
     lines += peak_lines(report.get("peak"))
+    lines += snapshot_lines(report.get("snapshots"))
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
     lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
                  else "No outstanding allocations.")
@@ -301,6 +304,18 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
             lines.append(f"      ... {len(s['frames']) - frames} more frames")
     lines += suppression_lines(report)
     return "\n".join(lines)
+
+
+def snapshot_lines(snaps: list | None) -> list[str]:
+    """The snapshots the capture holds, one line each (memhook report FILE --snapshot N)."""
+    if not snaps:
+        return []
+    lines = [f"Snapshots ({len(snaps)}; `memhook report FILE --snapshot N`, `--diff M`):"]
+    for s in snaps:
+        lines.append(f"  #{s['number']} {s['time_s']:.3f} s after attach ({s['reason']}): "
+                     f"{human_bytes(s['outstanding_bytes'])} outstanding in "
+                     f"{s['outstanding_count']} blocks; RSS {human_bytes(s['rss_bytes'])}")
+    return lines
 
 
 def peak_lines(peak: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
@@ -337,7 +352,10 @@ def suppression_lines(report: dict) -> list[str]:
 
 
 def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
-    lines = [f"memhook diff: PID {d['base']['pid']} -> PID {d['other']['pid']}: outstanding "
+    def side(x):
+        return f"PID {x['pid']}" + (f" snapshot {x['snapshot']}" if x.get("snapshot") else
+                                    " at the end" if "snapshot" in x else "")
+    lines = [f"memhook diff: {side(d['base'])} -> {side(d['other'])}: outstanding "
              f"{d['change_bytes']:+d} bytes"]
     for n, r in enumerate(d["sites"][:top], 1):
         lines.append(f"#{n} {r['change_bytes']:+d} bytes ({r['outstanding_bytes_before']} -> "

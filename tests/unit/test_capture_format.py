@@ -63,3 +63,33 @@ def test_one_file_several_processes(tmp_path, cap):
     merged = capture.read(str(path))
     assert [p.meta["pid"] for p in merged.processes] == [11, 22]
     assert int(merged.sites["outstanding_bytes"][1]) == 2 * 300
+
+
+def test_snapshots_written_read_and_reported_on(tmp_path, cap):
+    """SNAP blocks come back in order, and a capture at a snapshot holds that snapshot's
+    aggregates and totals, and its series up to that moment; an absent number is a KeyError."""
+    import dataclasses
+    from memhook.capture import snapshots
+    n = cap.stack_count
+    first = {k: np.zeros(n, np.uint64) for k in capture.SITE_COLUMNS}
+    first["alloc_count"][1] = first["outstanding_count"][1] = 3
+    first["alloc_bytes"][1] = first["outstanding_bytes"][1] = 300
+    infos = [{"number": 1, "time_s": 0.5, "reason": "asked", "totals": {"alloc_count": 3},
+              "rss_bytes": 4096}]
+    snaps = [{**infos[0], "sites": {"id": np.array([1]),
+                                    **{k: v[[1]] for k, v in first.items()}}}]
+    with_snaps = dataclasses.replace(cap, snapshots=snaps)
+    path = tmp_path / "snaps.mh"
+    capture.write(str(path), with_snaps)
+    back = capture.read(str(path))
+    assert [(s["number"], s["reason"], s["rss_bytes"]) for s in back.snapshots] == \
+        [(1, "asked", 4096)]
+    at = snapshots.at(back, 1)
+    assert at.sites["outstanding_bytes"].tolist() == first["outstanding_bytes"].tolist()
+    assert at.meta["totals"]["alloc_count"] == 3 and at.meta["duration_s"] == 0.5
+    assert all(t <= 0.5 for t in at.series.get("time_s", []))
+    assert snapshots.listing(back) == [{"number": 1, "time_s": 0.5, "reason": "asked",
+                                        "outstanding_bytes": 300, "outstanding_count": 3,
+                                        "rss_bytes": 4096}]
+    with pytest.raises(KeyError):
+        snapshots.at(back, 2)

@@ -138,7 +138,7 @@ def test_format_spec_names_what_the_code_writes():
     spec = (Path(__file__).parents[2] / "docs" / "capture-format.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
     assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
-                         "PROC", "END "}
+                         "SNAP", "PROC", "END "}
     assert '`{"index": N}`' in rows["PROC"]
     sites = capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS
     columns = {"AGGR": sites, "AGGD": ("id",) + sites,
@@ -146,7 +146,8 @@ def test_format_spec_names_what_the_code_writes():
                "LIVE": capture.LIVE_COLUMNS,
                "BEHV": capture.BEHAVIOUR_ROWS + capture.BEHAVIOUR_HISTS
                + capture.BEHAVIOUR_LATER_HISTS + capture.BEHAVIOUR_PAIRS,
-               "EVTS": tuple(n for n in capture.EVENT_DTYPE.names if n != "pad")}
+               "EVTS": tuple(n for n in capture.EVENT_DTYPE.names if n != "pad"),
+               "SNAP": ("meta_json", "id") + capture.SITE_COLUMNS}
     for kind, names in columns.items():
         missing = [n for n in names if f"`{n}`" not in rows[kind]]
         assert not missing, (kind, missing)
