@@ -80,6 +80,24 @@ def check_target(pid: int, launched: bool = False) -> procfs.ProcessInfo:
     return info
 
 
+def owning_memhook(pid: int, lib_base: int, lib_file: str) -> int:
+    """The memhook whose session is armed in `pid` (the hook library loaded at `lib_base` armed,
+    and the memhook its control block names still running: the same PID and start time), or
+    0."""
+    own = elf.exported_offsets(lib_file)
+    with procfs.Memory(pid) as mem:
+        active = mem.u32(lib_base + own["memhook_active"]) != _native.MODE_OFF
+        ctl = mem.u64(lib_base + own["memhook_ctl"])
+        owner = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET) if ctl else 0
+        started = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET + 8) if ctl else 0
+    if not (active and owner):
+        return 0
+    try:
+        return owner if procfs.start_ticks(owner) == started else 0
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def hook_library(libc: str = "glibc") -> str:
     """The hook library a target on this libc loads: the glibc build, or the musl build in
     musl/ (built only where musl-gcc was found)."""
@@ -398,23 +416,10 @@ class Session:
         return True
 
     def _refuse_if_attached(self, layout) -> None:
-        """A live memhook session (the hook library armed, the memhook that armed it still
-        running: the same PID and start time) owns the target; one whose memhook died is taken
-        over at once, however fresh its last heartbeat."""
-        own = elf.exported_offsets(layout.hook_library_file)
-        base = layout.hook_library_base
-        with procfs.Memory(self.pid) as mem:
-            active = mem.u32(base + own["memhook_active"]) != _native.MODE_OFF
-            ctl = mem.u64(base + own["memhook_ctl"])
-            owner = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET) if ctl else 0
-            started = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET + 8) if ctl else 0
-        if not (active and owner):
-            return
-        try:
-            alive = procfs.start_ticks(owner) == started
-        except (OSError, ValueError, IndexError):
-            alive = False
-        if alive:
+        """A live memhook session owns the target; one whose memhook died is taken over at once,
+        however fresh its last heartbeat."""
+        owner = owning_memhook(self.pid, layout.hook_library_base, layout.hook_library_file)
+        if owner:
             raise TargetError(f"PID {self.pid} is already being traced by memhook (PID {owner}): "
                               "stop that one first")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import signal
 
-from .. import _native, elf, procfs
+from .. import elf, procfs
 from ..procfs import TargetError
+from ..session import owning_memhook
 from .arguments import Parser, pid_arg
 
 
@@ -31,24 +32,13 @@ def is_memhook(pid: int) -> bool:
 
 
 def tracing_memhook(pid: int) -> int:
-    """The memhook whose session is armed in `pid` (the control block names its owner, PID and
-    start time), or 0."""
+    """The memhook whose session is armed in `pid`, or 0."""
     lib = next((m for m in procfs.read_maps(pid) if m.offset == 0 and
                 os.path.basename(m.path.replace(" (deleted)", "")) == elf.HOOK_LIBRARY_NAME),
                None)
     if lib is None:
         return 0
-    own = elf.exported_offsets(f"/proc/{pid}/map_files/{lib.start:x}-{lib.end:x}")
-    with procfs.Memory(pid) as mem:
-        if mem.u32(lib.start + own["memhook_active"]) == _native.MODE_OFF:
-            return 0
-        ctl = mem.u64(lib.start + own["memhook_ctl"])
-        owner = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET) if ctl else 0
-        started = mem.u64(ctl + _native.CONTROL_OWNER_OFFSET + 8) if ctl else 0
-    try:
-        return owner if owner and procfs.start_ticks(owner) == started else 0
-    except (OSError, ValueError, IndexError):
-        return 0
+    return owning_memhook(pid, lib.start, f"/proc/{pid}/map_files/{lib.start:x}-{lib.end:x}")
 
 
 def run_snapshot(argv: list[str]) -> int:
