@@ -1,4 +1,5 @@
 """What the benchmark scripts share: a command-driven target process and memhook sessions."""
+import argparse
 import re
 import signal
 import subprocess
@@ -14,6 +15,16 @@ def build(name: str, tmp: Path, *flags: str) -> str:
     subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", *flags, "-o", str(exe),
                     str(HERE / "targets" / f"{name}.c"), "-lpthread"], check=True)
     return str(exe)
+
+
+def batch_arguments(doc: str, cycles: int = 5) -> argparse.ArgumentParser:
+    """The options of the benchmarks that time batches of mallocs: --cycles, --count (mallocs
+    per round) and --rounds."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=cycles)
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    return ap
 
 
 def alternate(pid: int, cycles: int, memhook_args, keys, measure):

@@ -9,12 +9,11 @@ would be the patched function itself).
     sudo .venv/bin/python benchmarks/entry_patch.py [--cycles 7] [-- memhook args, e.g.
                                                      --sample-rate 512KiB]
 """
-import argparse
 import subprocess
 import tempfile
 from pathlib import Path
 
-from driver import HERE, Session, Target, spread
+from driver import HERE, Session, Target, batch_arguments, spread
 
 SRC = HERE / "targets" / "alloc_latency.c"
 FLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-plt"]
@@ -24,10 +23,7 @@ BUILDS = {"GOT slot (libjemalloc.so)": ["-ljemalloc"],
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=7)
-    ap.add_argument("--count", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = batch_arguments(__doc__, cycles=7)
     ap.add_argument("memhook_args", nargs="*")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())

@@ -8,7 +8,6 @@ and copies of malloc/free taken before attach, within each attached session (as 
 
     sudo .venv/bin/python benchmarks/libcs.py [--cycles 5] [--count 100000] [--rounds 5]
 """
-import argparse
 import os
 import shutil
 import statistics
@@ -16,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from driver import HERE, Session, Target, spread
+from driver import HERE, Session, Target, batch_arguments, spread
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
 FLAGS = ["-O2", "-g", "-fno-omit-frame-pointer", "-fno-plt"]
@@ -44,10 +43,7 @@ def build(name: str, tmp: Path) -> list:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=5)
-    ap.add_argument("--count", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = batch_arguments(__doc__, cycles=5)
     a = ap.parse_args()
     names = ["bookworm (host)"] + [s for s in ("bullseye", "trixie")
                                    if (ROOTS / s / ".memhook-root").exists()]

@@ -9,7 +9,6 @@
 
     sudo .venv/bin/python benchmarks/run_mode.py [--cycles 5] [--count 100000] [--rounds 5]
 """
-import argparse
 import statistics
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver import Session, Target, build, spread
+from driver import Session, Target, batch_arguments, build, spread
 
 MEMHOOK = [sys.executable, "-m", "memhook"]
 
@@ -44,10 +43,7 @@ def attach_ms(exe: str) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=5)
-    ap.add_argument("--count", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = batch_arguments(__doc__, cycles=5)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     latency = build("alloc_latency", tmp, "-fno-plt")

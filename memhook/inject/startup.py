@@ -140,16 +140,8 @@ def _hold(pid: int, proc: subprocess.Popen | None) -> int:
     mask = (1 << 8 * len(ARCH.breakpoint_insn)) - 1
     trapped = (word & ~mask) | insn
     ptrace(PTRACE_POKEDATA, pid, bp, trapped)
-    signo = 0
     while True:
-        ptrace(PTRACE_CONT, pid, 0, signo)
-        _, status = os.waitpid(pid, WALL)
-        if not os.WIFSTOPPED(status):
-            _ended(proc, status, "before its libraries were loaded")
-        signo = os.WSTOPSIG(status)
-        if signo != signal.SIGTRAP:
-            continue  # its own signal: delivered as it resumes
-        signo = 0
+        _run_to_trap(pid, proc, PTRACE_CONT)
         regs = _regs(pid)
         if regs[ARCH.regs_pc] != bp + len(ARCH.breakpoint_insn):
             continue
@@ -163,15 +155,7 @@ def _hold(pid: int, proc: subprocess.Popen | None) -> int:
             break
         # An earlier call (RT_ADD): step over the real instruction, then trap again.
         ptrace(PTRACE_POKEDATA, pid, bp, word)
-        step_signal = 0
-        while True:
-            ptrace(PTRACE_SINGLESTEP, pid, 0, step_signal)
-            _, status = os.waitpid(pid, WALL)
-            if not os.WIFSTOPPED(status):
-                _ended(proc, status, "before its libraries were loaded")
-            if os.WSTOPSIG(status) == signal.SIGTRAP:
-                break
-            step_signal = os.WSTOPSIG(status)  # its own: delivered on the step
+        _run_to_trap(pid, proc, PTRACE_SINGLESTEP)
         ptrace(PTRACE_POKEDATA, pid, bp, trapped)
     ptrace(PTRACE_POKEDATA, pid, bp, word)
     ptrace(PTRACE_DETACH, pid, 0, signal.SIGSTOP)
@@ -184,6 +168,20 @@ def _hold(pid: int, proc: subprocess.Popen | None) -> int:
     if not os.WIFSTOPPED(status):
         _ended(proc, status, "as memhook let it go")
     return bp
+
+
+def _run_to_trap(pid: int, proc: subprocess.Popen | None, request: int) -> None:
+    """PTRACE_CONT or PTRACE_SINGLESTEP until the next SIGTRAP stop; the program's own signals
+    are delivered as it goes on."""
+    signo = 0
+    while True:
+        ptrace(request, pid, 0, signo)
+        _, status = os.waitpid(pid, WALL)
+        if not os.WIFSTOPPED(status):
+            _ended(proc, status, "before its libraries were loaded")
+        if os.WSTOPSIG(status) == signal.SIGTRAP:
+            return
+        signo = os.WSTOPSIG(status)
 
 
 def follow_exec(tid: int, pid: int, consumer) -> bool:
