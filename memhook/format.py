@@ -41,6 +41,20 @@ def frame_text(f: dict) -> str:
     return where
 
 
+def leak_site(r: dict, rules=None) -> str:
+    """A stack as one line names it (issue 35): its attributed frame (the one a person would
+    fix) with file:line, then the runtime frames it called into. `rules`: attribution.Rules
+    where the stack has no attributed_frame yet."""
+    from .attribution import DEFAULT, attributed, path_into_runtime
+    frames = r.get("frames") or []
+    if not frames:
+        return "?"
+    at = r.get("attributed_frame")
+    at = attributed(frames, rules or DEFAULT) if at is None else at
+    via = [frame_name(f) for f in path_into_runtime(frames, at)]
+    return frame_text(frames[at]) + (f"  (via {' <- '.join(via)})" if via else "")
+
+
 def distinct_labels(stacks: list, width: int = 40) -> list[str]:
     """A label per stack (frames, call site first) that tells it from the others: its call
     site, and where another stack shares that, the first frame where the two part

@@ -4,7 +4,8 @@ from __future__ import annotations
 import shutil
 import time
 
-from .format import frame_name, human_bytes, one_line
+from .format import frame_name, human_bytes, leak_site, one_line
+from .symbolize import stack_frames
 
 
 class LiveView:
@@ -13,9 +14,10 @@ class LiveView:
 
     HISTORY = 20  # samples a stack's growth rate is read from (the recorder's latest)
 
-    def __init__(self, session, recorder, top: int, tty: bool, label: str = ""):
+    def __init__(self, session, recorder, top: int, tty: bool, label: str = "", rules=None):
         self.session, self.recorder, self.top, self.tty, self.label = \
             session, recorder, top, tty, label
+        self.rules = rules  # attribution.Rules: what is not the leak's own frame
         self.t0 = time.monotonic()
         self.last = (self.t0, 0, 0)  # time, allocs, frees
 
@@ -42,9 +44,9 @@ class LiveView:
         times, series = self.recorder.recent(shown, self.HISTORY)
         for i in shown:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
-            fr = frames[offsets[i]:offsets[i + 1]]
-            where = " <- ".join([frame_name(f.as_dict()) for x in fr[:3]
-                                 for f in symbolizer.frames(int(x))][:3])
+            where = leak_site({"frames": stack_frames(symbolizer, frames[offsets[i]:
+                                                                         offsets[i + 1]])},
+                              self.rules)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         memory = self.part_lines(symbolizer, offsets, frames)

@@ -38,7 +38,7 @@ class Follower:
         self.session, self.recorder, self.a = session, recorder, a
         self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
         self.view = LiveView(session, recorder, a.top, sys.stdout.isatty() and not view_label,
-                             view_label)
+                             view_label, getattr(a, "runtime", None))
         self.t0 = time.monotonic()
         self.next_tick = self.t0 + a.interval
         self.first_checkpoint = self.t0 + min(1.0, a.interval)  # a capture cut off early
@@ -122,7 +122,8 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
 
 def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
     """A snapshot as memhook prints it when it takes one: what, when, and the largest stacks."""
-    from .format import frame_name, human_bytes
+    from .format import human_bytes, leak_site
+    from .symbolize import stack_frames
     sites, s = snap["sites"], m.session
     order = np.argsort(-sites["outstanding_bytes"].astype(np.float64))[:top]
     out = [f"memhook: snapshot {snap['number']} of PID {s.pid}, {snap['time_s']:.3f} s after "
@@ -133,10 +134,10 @@ def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
         if not sites["outstanding_bytes"][i]:
             break
         stack = int(sites["id"][i])
-        names = [frame_name(f.as_dict()) for x in frames[offsets[stack]:offsets[stack + 1]][:3]
-                 for f in m.follower.symbolizer.frames(int(x))][:3]
-        out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  "
-                   + " <- ".join(names))
+        out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  " + leak_site(
+            {"frames": stack_frames(m.follower.symbolizer, frames[offsets[stack]:
+                                                                  offsets[stack + 1]])},
+            m.follower.view.rules))
     return out
 
 
@@ -418,7 +419,7 @@ def say_pushes(pusher) -> None:
 def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
     """The report at the end of a run, in --format, and whether --fail-on-leak fails it."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
-    rep = model.build(cap, symbolizer)
+    rep = model.build(cap, symbolizer, model.Filters(runtime=a.runtime))
     if suppressions.leak_check_asked(a):
         suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions,
                                                   suppressions.embedded_in(cap)))

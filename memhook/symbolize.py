@@ -278,8 +278,9 @@ class LineTool:
                           for f in rec["Symbol"] if f["FileName"]]
             except (ValueError, KeyError, TypeError):
                 continue
-            if frames:
-                found[addr] = [(fn, os.path.normpath(fl), ln) for fn, fl, ln in frames]
+            if frames:  # (a name its demangler gave up on stays mangled: ours tries)
+                found[addr] = [(demangle(fn) if fn and fn.startswith("_Z") else fn,
+                                os.path.normpath(fl), ln) for fn, fl, ln in frames]
         return found
 
     @staticmethod
@@ -300,6 +301,7 @@ class LineTool:
                 pending = [line]
                 continue
             fn = None if pending[0] == "??" else pending[0]
+            fn = demangle(fn) if fn and fn.startswith("_Z") else fn
             file, _, ln = line.rpartition(":")
             ln = ln.split()[0] if ln else ""
             if file and file != "??" and ln.isdigit() and int(ln):
@@ -637,3 +639,8 @@ class Symbolizer:
     def frame(self, address: int) -> Frame:
         """The outermost frame at an address (the function the return address is in)."""
         return self.frames(address)[-1]
+
+
+def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
+    """A stack's frames as reports hold them (dicts, inlined frames included), innermost first."""
+    return [f.as_dict() for x in addresses for f in symbolizer.frames(int(x))]

@@ -77,6 +77,22 @@ def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
                    "the loader's own) as leaks too")
 
 
+def add_attribution_arguments(p: argparse.ArgumentParser) -> None:
+    """--runtime-module / --runtime-function: more of what is not the leak's own frame
+    (attribution.py); read them with runtime_rules(a)."""
+    p.add_argument("--runtime-module", action="append", default=[], metavar="GLOB",
+                   help="a module (file name glob) whose frames are runtime, not the leak's own "
+                   "frame, beside libc, libstdc++, the loader and the allocators; repeatable")
+    p.add_argument("--runtime-function", action="append", default=[], metavar="GLOB",
+                   help="likewise a function (demangled name glob, e.g. 'mylib::pool::*'); "
+                   "repeatable")
+
+
+def runtime_rules(a):
+    from ..attribution import Rules
+    return Rules.with_user(a.runtime_module, a.runtime_function)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
         raise UsageError(message)

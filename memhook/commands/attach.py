@@ -6,8 +6,9 @@ import signal
 
 from .. import __version__, snapshot_when, suppressions
 from ..session import MAX_SIZE, Options
-from .arguments import (Parser, UsageError, add_leak_check_arguments, add_otlp_arguments,
-                        otlp_url, pid_list, positive_float, size_arg)
+from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_check_arguments,
+                        add_otlp_arguments, otlp_url, pid_list, positive_float,
+                        runtime_rules, size_arg)
 
 
 def attach_parser() -> Parser:
@@ -63,6 +64,7 @@ def add_tracing_arguments(p: Parser) -> None:
                    "each from its first allocation after fork (each child waits for memhook's "
                    "attach, about half a second)")
     add_leak_check_arguments(p)
+    add_attribution_arguments(p)
     p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
                    help="do not walk glibc malloc's heap at attach and detach (the census of "
                         "blocks allocated before attach, free space and fragmentation)")
@@ -114,6 +116,7 @@ def tracing_setup(a) -> tuple[Options, list]:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)
         a.conditions = [snapshot_when.parse(t) for t in a.snapshot_when]
+        a.runtime = runtime_rules(a)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -7,7 +7,8 @@ import os
 import sys
 
 from ..procfs import TargetError
-from .arguments import (EXIT_OK, Parser, UsageError, add_leak_check_arguments,
+from .arguments import (EXIT_OK, Parser, UsageError, add_attribution_arguments,
+                        add_leak_check_arguments, runtime_rules,
                         add_otlp_arguments, pid_arg, positive_float, size_arg)
 
 
@@ -45,6 +46,7 @@ def report_parser() -> Parser:
     p.add_argument("--transient-threshold", type=positive_float, default=1.0,
                    help="transient allocations: freed within this many milliseconds (default 1)")
     add_leak_check_arguments(p)
+    add_attribution_arguments(p)
     p.add_argument("--print-suppressions", action="store_true",
                    help="write one suppression per leaking stack (LeakSanitizer's format), to "
                    "edit and pass back with --suppressions")
@@ -92,7 +94,8 @@ def run_report(argv: list[str]) -> int:
     try:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
-                                a.min_age, transient_ns=a.transient_threshold * 1e6)
+                                a.min_age, transient_ns=a.transient_threshold * 1e6,
+                                runtime=runtime_rules(a))
         suppressions.load(a.suppressions)  # (a bad file is one line, before the capture is read)
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import analysis, hooks
+from .. import analysis, attribution, hooks
 from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
                        stack_key)
 from ..capture import snapshots
@@ -40,6 +40,7 @@ class Filters:
     min_age_s: float = 60.0      # leak suspects: a live block this old counts as old
     suspects: int = 10           # leak suspects listed
     transient_ns: float = 1e6    # transient allocations: freed within this many ns
+    runtime: attribution.Rules = attribution.DEFAULT  # what is not the leak's own frame
 
     def __post_init__(self):
         try:
@@ -267,7 +268,24 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
                                                  for m, why in without]
     if not cap.complete:
         report["incomplete"] = True
+    attribute(report, filters.runtime)
     return report
+
+
+def attribute(report: dict, rules: attribution.Rules) -> None:
+    """Every stack of the report gets `attributed_frame`: the index of its frame a person would
+    fix (attribution.py); every frame stays."""
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("frames"), list) and node["frames"] and \
+                    isinstance(node["frames"][0], dict):
+                node["attributed_frame"] = attribution.attributed(node["frames"], rules)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(report)
 
 
 def render(cap: Capture, report: dict, symbolizer: Symbolizer, **_) -> str:

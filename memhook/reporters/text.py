@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import suppressions
-from ..format import duration_text, frame_text, human_bytes, one_line
+from ..format import duration_text, frame_text, human_bytes, leak_site, one_line
 
 
 def process_memory_text(pm: dict, explained: bool = False) -> str:
@@ -254,7 +254,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
         lines.append("Processes (growing first):")
         for r in procs:
             first = r.get("top_suspect")
-            where = next((frame_text(f) for f in first["frames"]), "?") if first else ""
+            where = leak_site(first) if first else ""
             libc = f", {one_line(r['libc'])}" if r.get("libc") else ""
             lines.append(f"  PID {r['pid']} ({one_line(str(r['command']))}{libc}): outstanding "
                          f"{human_bytes(r['outstanding_bytes'])} in {r['outstanding_count']} "
@@ -267,11 +267,11 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     if report.get("leak_suspects"):
         lines.append("Leak suspects (growth at the end of the capture first):")
         for n, r in enumerate(report["leak_suspects"][:top], 1):
-            where = next((frame_text(f) for f in r["frames"]), "?")
+            where = leak_site(r)
             lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
                          + f"{where}: {r['outstanding_bytes']} bytes; " + "; ".join(r["reasons"]))
     for r in report.get("transient", [])[:3]:
-        where = next((frame_text(f) for f in r["frames"]), "?")
+        where = leak_site(r)
         lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "
                      f"freed within {duration_text(report['transient_threshold_ns'])}"
                      + (f" ({r['unclassified_count']} more freed too quietly to time that "
@@ -279,7 +279,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
                      + f"; {r['temporary_share']:.0%} before the next allocation, "
                      f"{r['same_call_share']:.0%} by the call that allocated them")
     for r in report.get("thread_locality", [])[:3]:
-        where = next((frame_text(f) for f in r["frames"]), "?")
+        where = leak_site(r)
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
                      f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
     lines += peak_lines(report.get("peak"))
@@ -290,7 +290,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
     for n, s in enumerate(leaking, 1):
         lines.append(f"#{n} {s['outstanding_bytes']} bytes in {s['outstanding_count']} blocks "
                      f"({s['alloc_count']} allocated, {s['free_count']} freed) "
-                     f"[{', '.join(s['operations'])}]"
+                     f"[{', '.join(s['operations'])}]: {leak_site(s)}"
                      + (f"; uncertain: {s['uncertain_bytes']} bytes in {s['uncertain_count']} "
                         "blocks may have been freed" if s.get("uncertain_count") else "")
                      + (f" [suppressed: leak:{s['suppressed_by']}]" if s.get("suppressed_by")

@@ -49,12 +49,15 @@ def test_one_name_per_frame_in_every_view(tmp_path, targets):
     a = site(report, "twin_a", 2)
     assert [frame_name(f) for f in a["frames"][:3]] == ["twin_leaf", "twin_mid", "twin_a"]
 
-    # The live view: "  OUTSTANDING  GROWTH  f0 <- f1 <- f2", plain lines off a terminal.
-    rows = [x for x in live if x.startswith("  ") and " <- " in x]
+    # The live view: "  OUTSTANDING  GROWTH  FRAME  FILE:LINE  (via f0 <- f1)" (the leak's own
+    # frame, then the runtime frames it called into), plain lines off a terminal.
+    rows = [x for x in live if x.startswith("  ") and "/min" in x]
     assert rows, live
     for row in rows:
         where = re.split(r"\s{2,}", row.strip(), maxsplit=2)[2]
-        assert set(where.split(" <- ")) <= names, (where, names)
+        assert where.split("  ")[0].removeprefix("(inlined) ") in names, (where, names)
+        via = re.search(r"\(via (.*)\)$", where)
+        assert not via or set(via.group(1).split(" <- ")) <= names, (where, names)
         assert not RAW_ADDRESS.search(row), row
 
     # Text: every frame line of every stack.

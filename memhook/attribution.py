@@ -1,0 +1,113 @@
+"""The leak's own frame (issue 35): of a stack's frames, from the allocation upwards, the first
+that is not the runtime's, the frame a person would fix. The runtime is libc, the C++ standard
+library and its ABI, libgcc, the dynamic loader, the allocators and memhook, by module (a
+shared library's file name) and by function (inlined library code sits in the user's module:
+`std::vector<...>::_M_realloc_insert` inlined into the user's function is still the runtime's;
+a statically linked allocator's functions, `je_malloc` in the executable, likewise). Both lists
+take globs, in the style of pprof's -show_from/-hide: --runtime-module, --runtime-function."""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+
+RUNTIME_MODULES = (
+    "libc.so*", "libc-*.so", "libc.musl*", "ld-linux*", "ld-musl*", "ld-*.so", "libstdc++.so*",
+    "libc++.so*", "libc++abi.so*", "libgcc_s.so*", "libm.so*", "libm-*.so", "libpthread*",
+    "libdl.so*", "libdl-*.so", "libjemalloc.so*", "libtcmalloc*.so*", "libmimalloc*.so*",
+    "libmemhook_hook.so*")
+RUNTIME_FUNCTIONS = (
+    "std::*", "__gnu_cxx::*", "__cxxabiv1::*", "__cxa_*", "operator new*", "operator delete*",
+    "_IO_*", "__libc_*", "__GI_*", "_dl_*", "__tls_get_addr", "call_init", "_init",
+    "malloc", "calloc", "realloc", "reallocarray", "free", "posix_memalign", "aligned_alloc",
+    "memalign", "valloc", "pvalloc", "strdup", "strndup", "__strdup", "__strndup", "asprintf",
+    "vasprintf", "__vasprintf*", "getline", "getdelim", "__getdelim", "open_memstream",
+    "je_*", "_rjem_*", "tc_*", "mi_*", "_mi_*", "tcmalloc::*", "__rust_alloc*",
+    "__rust_realloc", "__rdl_*", "__rg_*", "alloc::*", "<alloc::*", "hashbrown::*",
+    "memhook_*")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What counts as the runtime: module globs (matched on a module's file name) and function
+    globs (on its demangled name), each list the defaults plus the user's."""
+    modules: tuple = RUNTIME_MODULES
+    functions: tuple = RUNTIME_FUNCTIONS
+    _module_re: re.Pattern = field(init=False, repr=False, compare=False)
+    _function_re: re.Pattern = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):  # (frozen: one Rules serves as a default everywhere)
+        object.__setattr__(self, "_module_re", re.compile(
+            "|".join(fnmatch.translate(g) for g in self.modules)))
+        object.__setattr__(self, "_function_re", re.compile(
+            "|".join(fnmatch.translate(g) for g in self.functions)))
+
+    @classmethod
+    def with_user(cls, modules=(), functions=()) -> "Rules":
+        return cls(RUNTIME_MODULES + tuple(modules), RUNTIME_FUNCTIONS + tuple(functions))
+
+    def is_runtime(self, frame: dict) -> bool:
+        function = qualified_name(frame.get("function") or "")
+        module = os.path.basename(frame.get("module") or "")
+        return bool(module and self._module_re.match(module)) or \
+            bool(function and self._function_re.match(function))
+
+
+DEFAULT = Rules()
+
+
+def qualified_name(demangled: str) -> str:
+    """A demangled function's qualified name, without the return type a template function's
+    name begins with or its parameters: `void std::vector<int>::_M_realloc_insert<int>(...)`
+    -> `std::vector<int>::_M_realloc_insert<int>`. Brackets are counted, so spaces and
+    parentheses inside template arguments and `(anonymous namespace)` stay; an operator's own
+    symbol (`operator<`, `operator()`) is not taken for a bracket."""
+    depth, start, i, n, after_operator = 0, 0, 0, len(demangled), -1
+    while i < n:
+        if demangled.startswith("operator", i) and (i == 0 or not (
+                demangled[i - 1].isalnum() or demangled[i - 1] == "_")):
+            j = i + len("operator")
+            if j < n and demangled[j] == " ":  # operator new, operator delete[], operator int
+                j += 1
+                while j < n and (demangled[j].isalnum() or demangled[j] in "_[]"):
+                    j += 1
+            elif demangled.startswith("()", j):
+                j += 2
+            else:
+                while j < n and demangled[j] in "<>=!+-*/%&|^~[],":
+                    j += 1
+            i = after_operator = j
+            continue
+        c = demangled[i]
+        if c in "<([{":
+            if c == "(" and depth == 0 and i > start and not demangled[start:i].endswith("::"):
+                return demangled[start:i]
+            depth += 1
+        elif c in ">)]}":
+            depth = max(0, depth - 1)
+        elif c == " " and depth == 0 and demangled[i - 1:i] != "," and i != after_operator:
+            start = i + 1
+        i += 1
+    return demangled[start:]
+
+
+def is_marker(frame: dict) -> bool:
+    """A marker memhook puts in a stack ("[no unwind info]"), not a frame of the program's."""
+    return not frame.get("module") and (frame.get("function") or "").startswith("[")
+
+
+def attributed(frames: list, rules: Rules = DEFAULT) -> int:
+    """The index of the stack's attributed frame: the first, from the allocation upwards, that
+    is neither the runtime's nor a marker. A stack wholly in the runtime (a runtime library's
+    constructor) is attributed to its first frame."""
+    for i, f in enumerate(frames):
+        if not is_marker(f) and not rules.is_runtime(f):
+            return i
+    return 0
+
+
+def path_into_runtime(frames: list, at: int, shown: int = 2) -> list:
+    """The runtime frames the attributed frame called into, at most `shown`, innermost first
+    (as stacks are listed): [..., the one it called]."""
+    return [f for f in frames[max(0, at - shown):at] if not is_marker(f)]

@@ -1,0 +1,69 @@
+"""The leak's own frame (memhook/attribution.py): which frame a person would fix, and the
+qualified name its rules match, whatever the demangler put around it."""
+from __future__ import annotations
+
+import pytest
+
+from memhook import attribution
+from memhook.format import leak_site
+
+
+def f(function, module="/opt/app/app", inlined=False):
+    return {"function": function, "module": module, "file": None, "line": None,
+            "inlined": inlined}
+
+
+LIBSTDCXX = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30"
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.mark.parametrize("demangled,qualified", [
+    ("void std::vector<Session, std::allocator<Session> >::_M_realloc_insert<Session>"
+     "(__gnu_cxx::__normal_iterator<Session*, std::vector<Session> >, Session&&)",
+     "std::vector<Session, std::allocator<Session> >::_M_realloc_insert<Session>"),
+    ("std::shared_ptr<std::enable_if<!std::is_array<Session>::value, Session>::type> "
+     "std::make_shared<Session>()", "std::make_shared<Session>"),
+    ("operator new(unsigned long)", "operator new"),
+    ("operator delete[](void*)", "operator delete[]"),
+    ("std::operator<<(std::ostream&, char const*)", "std::operator<<"),
+    ("bool std::operator< <int>(std::pair<int, int> const&, std::pair<int, int> const&)",
+     "std::operator< <int>"),
+    ("foo::operator()(int) const", "foo::operator()"),
+    ("{lambda(int)#1}::operator()(int) const", "{lambda(int)#1}::operator()"),
+    ("(anonymous namespace)::pool::pool()", "(anonymous namespace)::pool::pool"),
+    ("unsigned long foo<3>(int)", "foo<3>"),
+    ("main", "main"),
+])
+def test_qualified_name(demangled, qualified):
+    assert attribution.qualified_name(demangled) == qualified
+
+
+def test_attributed_frame():
+    inlined_std = [f("void std::vector<int, std::allocator<int> >::_M_realloc_insert<int>(x)",
+                     inlined=True), f("grow_table(int)"), f("main")]
+    assert attribution.attributed(inlined_std) == 1
+    through_libstdcxx = [f("operator new(unsigned long)", LIBSTDCXX),
+                         f("std::__cxx11::basic_string<char, std::char_traits<char>, "
+                           "std::allocator<char> >::_M_mutate(unsigned long)", LIBSTDCXX),
+                         f("remember_session(int)"), f("main")]
+    assert attribution.attributed(through_libstdcxx) == 2
+    static_jemalloc = [f("je_malloc"), f("je_mallocx"), f("handle_request"), f("main")]
+    assert attribution.attributed(static_jemalloc) == 2
+    marker = [f("[no unwind info]", None)]
+    assert attribution.attributed([f("strdup", LIBC)] + marker + [f("keep")]) == 2
+    all_runtime = [f(None, LIBSTDCXX), f("call_init", "/lib64/ld-linux-x86-64.so.2")]
+    assert attribution.attributed(all_runtime) == 0
+    unknown_in_program = [f(None, "/opt/app/app"), f("main")]
+    assert attribution.attributed(unknown_in_program) == 0
+    mine = attribution.Rules.with_user(functions=["remember_*"], modules=["app"])
+    assert attribution.attributed(through_libstdcxx, mine) == 0  # all runtime now
+
+
+def test_one_line_leads_with_the_attributed_frame_then_the_path():
+    stack = [f("operator new(unsigned long)", LIBSTDCXX),
+             f("std::__cxx11::basic_string<char>::_M_mutate(unsigned long)", LIBSTDCXX),
+             f("std::__cxx11::basic_string<char>::append(char const*)", LIBSTDCXX),
+             {**f("remember_session(int)"), "file": "leaky_service.cpp", "line": 22}]
+    assert leak_site({"frames": stack}) == (
+        "remember_session(int)  leaky_service.cpp:22  (via std::__cxx11::basic_string<char>::"
+        "_M_mutate(unsigned long) <- std::__cxx11::basic_string<char>::append(char const*))")
