@@ -57,6 +57,12 @@ class Rules:
 DEFAULT = Rules()
 
 
+OPERATOR_SYMBOLS = sorted(("()", "[]", "->*", "->", "<=>", "<<=", ">>=", "<<", ">>", "<=", ">=",
+                           "==", "!=", "&&", "||", "++", "--", "+=", "-=", "*=", "/=", "%=",
+                           "&=", "|=", "^=", "<", ">", "=", "!", "+", "-", "*", "/", "%", "&",
+                           "|", "^", "~", ","), key=len, reverse=True)
+
+
 def qualified_name(demangled: str) -> str:
     """A demangled function's qualified name, without the return type a template function's
     name begins with or its parameters: `void std::vector<int>::_M_realloc_insert<int>(...)`
@@ -72,14 +78,20 @@ def qualified_name(demangled: str) -> str:
                 j += 1
                 while j < n and (demangled[j].isalnum() or demangled[j] in "_[]"):
                     j += 1
-            elif demangled.startswith("()", j):
-                j += 2
-            else:
-                while j < n and demangled[j] in "<>=!+-*/%&|^~[],":
-                    j += 1
+            else:  # the longest operator symbol; a '<' after it opens template arguments
+                j += len(next((t for t in OPERATOR_SYMBOLS if demangled.startswith(t, j)), ""))
             i = after_operator = j
             continue
         c = demangled[i]
+        if c == "(" and depth == 0 and i == start and demangled.startswith("(*", i):
+            # a function returning a function pointer: R (*NAME(PARAMS))(PARAMS)
+            end, inner = i, 0
+            for end in range(i, n):
+                inner += demangled[end] in "<([{"
+                inner -= demangled[end] in ">)]}"
+                if inner == 0:
+                    break
+            return qualified_name(demangled[i + 2:end])
         if c in "<([{":
             if c == "(" and depth == 0 and i > start and not demangled[start:i].endswith("::"):
                 return demangled[start:i]

@@ -41,18 +41,25 @@ def frame_text(f: dict) -> str:
     return where
 
 
-def leak_site(r: dict, rules=None) -> str:
+def leak_site(r: dict, rules=None, full_names: bool = False) -> str:
     """A stack as one line names it (issue 35): its attributed frame (the one a person would
-    fix) with file:line, then the runtime frames it called into. `rules`: attribution.Rules
-    where the stack has no attributed_frame yet."""
+    fix) with file:line, then the runtime frames it called into, in short names
+    (short_names.py: two frames of the line that would read the same keep their parameters)
+    unless `full_names`. `rules`: attribution.Rules where the stack has no attributed_frame."""
     from .attribution import DEFAULT, attributed, path_into_runtime
+    from .short_names import Shortener
     frames = r.get("frames") or []
     if not frames:
         return "?"
     at = r.get("attributed_frame")
     at = attributed(frames, rules or DEFAULT) if at is None else at
-    via = [frame_name(f) for f in path_into_runtime(frames, at)]
-    return frame_text(frames[at]) + (f"  (via {' <- '.join(via)})" if via else "")
+    shown = path_into_runtime(frames, at) + [frames[at]]
+    shorten = Shortener((f.get("function") for f in shown), full=full_names)
+
+    def named(f):
+        return {**f, "function": shorten(f.get("function"))}
+    via = [frame_name(named(f)) for f in shown[:-1]]
+    return frame_text(named(frames[at])) + (f"  (via {' <- '.join(via)})" if via else "")
 
 
 def distinct_labels(stacks: list, width: int = 40) -> list[str]:

@@ -1,6 +1,7 @@
 """The live view: what memhook shows while attached."""
 from __future__ import annotations
 
+import os
 import shutil
 import time
 
@@ -14,10 +15,12 @@ class LiveView:
 
     HISTORY = 20  # samples a stack's growth rate is read from (the recorder's latest)
 
-    def __init__(self, session, recorder, top: int, tty: bool, label: str = "", rules=None):
+    def __init__(self, session, recorder, top: int, tty: bool, label: str = "", rules=None,
+                 full_names: bool = False):
         self.session, self.recorder, self.top, self.tty, self.label = \
             session, recorder, top, tty, label
         self.rules = rules  # attribution.Rules: what is not the leak's own frame
+        self.full_names = full_names
         self.t0 = time.monotonic()
         self.last = (self.t0, 0, 0)  # time, allocs, frees
 
@@ -46,7 +49,7 @@ class LiveView:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
             where = leak_site({"frames": stack_frames(symbolizer, frames[offsets[i]:
                                                                          offsets[i + 1]])},
-                              self.rules)
+                              self.rules, self.full_names)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         memory = self.part_lines(symbolizer, offsets, frames)
@@ -90,9 +93,19 @@ class LiveView:
                          f"{len(rest)} more parts")
         return lines
 
+    def width(self) -> int | None:
+        """The columns a line may take: the terminal's, or COLUMNS where set (None: any)."""
+        if self.tty or os.environ.get("COLUMNS", "").isdigit():
+            return max(shutil.get_terminal_size().columns, 20)
+        return None
+
     def show(self, symbolizer) -> None:
-        text = "\n".join(self.lines(symbolizer))
+        width = self.width()
+        lines = self.lines(symbolizer)
+        if width:  # (never wrapped: a line too long ends in "...", the leak's frame first)
+            lines = [line if len(line) <= width else line[:width - 3] + "..."
+                     for line in lines]
+        text = "\n".join(lines)
         if self.tty:
-            width = shutil.get_terminal_size().columns
-            text = "\x1b[H\x1b[2J" + "\n".join(line[:width] for line in text.splitlines())
+            text = "\x1b[H\x1b[2J" + text
         print(text, flush=True)

@@ -38,7 +38,8 @@ class Follower:
         self.session, self.recorder, self.a = session, recorder, a
         self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
         self.view = LiveView(session, recorder, a.top, sys.stdout.isatty() and not view_label,
-                             view_label, getattr(a, "runtime", None))
+                             view_label, getattr(a, "runtime", None),
+                             getattr(a, "full_names", False))
         self.t0 = time.monotonic()
         self.next_tick = self.t0 + a.interval
         self.first_checkpoint = self.t0 + min(1.0, a.interval)  # a capture cut off early
@@ -137,7 +138,7 @@ def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
         out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  " + leak_site(
             {"frames": stack_frames(m.follower.symbolizer, frames[offsets[stack]:
                                                                   offsets[stack + 1]])},
-            m.follower.view.rules))
+            m.follower.view.rules, m.follower.view.full_names))
     return out
 
 
@@ -424,7 +425,8 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
         suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions,
                                                   suppressions.embedded_in(cap)))
     failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
-    return reporters.render(a.format, cap, rep, symbolizer, top=a.top), failed
+    return reporters.render(a.format, cap, rep, symbolizer, top=a.top,
+                            full_names=a.full_names), failed
 
 
 def run(a, opts, stop: dict, pushers: list) -> int:

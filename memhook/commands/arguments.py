@@ -79,13 +79,16 @@ def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_attribution_arguments(p: argparse.ArgumentParser) -> None:
     """--runtime-module / --runtime-function: more of what is not the leak's own frame
-    (attribution.py); read them with runtime_rules(a)."""
+    (attribution.py), read with runtime_rules(a); --full-names (short_names.py)."""
     p.add_argument("--runtime-module", action="append", default=[], metavar="GLOB",
                    help="a module (file name glob) whose frames are runtime, not the leak's own "
                    "frame, beside libc, libstdc++, the loader and the allocators; repeatable")
     p.add_argument("--runtime-function", action="append", default=[], metavar="GLOB",
                    help="likewise a function (demangled name glob, e.g. 'mylib::pool::*'); "
                    "repeatable")
+    p.add_argument("--full-names", action="store_true", help="full C++ names everywhere, "
+                   "parameters and default template arguments included (one-line views "
+                   "shorten them: std::string, no parameters)")
 
 
 def runtime_rules(a):

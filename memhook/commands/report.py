@@ -168,7 +168,8 @@ def run_report(argv: list[str]) -> int:
         from ..reporters import plots
         for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
             print(f"memhook: wrote {path}", file=sys.stderr)
-    emit(reporters.render(a.format, cap, rep, symbolizer, top=a.top, weight=a.weight), a.output)
+    emit(reporters.render(a.format, cap, rep, symbolizer, top=a.top, weight=a.weight,
+                          full_names=a.full_names), a.output)
     if a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak):
         return suppressions.EXIT_LEAKS
     return EXIT_OK

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .. import suppressions
-from ..format import duration_text, frame_text, human_bytes, leak_site, one_line
+from ..format import duration_text, frame_text, human_bytes, one_line
+from ..format import leak_site as one_line_site
 
 
 def process_memory_text(pm: dict, explained: bool = False) -> str:
@@ -210,8 +211,14 @@ def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
     return lines
 
 
-def render_text(report: dict, top: int = 10, frames: int = 8) -> str:
+def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool = False) -> str:
+    """The text report. One-line names (a stack's header, the suspects) are short
+    (short_names.py) unless `full_names`; the stacks' frame listings are always full."""
     t = report["totals"]
+
+    def leak_site(r):
+        return one_line_site(r, full_names=full_names)
+
     procs = report.get("processes")
     who = (f"{len(procs)} processes" if procs
            else f"PID {report['pid']} ({one_line(str(report['command']))})")
@@ -365,5 +372,6 @@ def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
     return "\n".join(lines)
 
 
-def render(cap, report: dict, symbolizer, top: int | None = None, **_) -> str:
-    return render_text(report, top=top or 10)
+def render(cap, report: dict, symbolizer, top: int | None = None, full_names: bool = False,
+           **_) -> str:
+    return render_text(report, top=top or 10, full_names=full_names)

@@ -41,3 +41,30 @@ def test_leaks_through_std_and_libc_are_named_by_the_programs_function(tmp_path)
     again = next(s for s in rep["sites"] if s["outstanding_count"] == 10 and any(
         (f["function"] or "").startswith("keep_strdup") for f in s["frames"]))
     assert (again["frames"][again["attributed_frame"]]["function"] or "").startswith("main")
+
+
+def test_live_view_fits_columns_and_names_the_leaks_own_frame(tmp_path):
+    """COLUMNS=100: no live-view line is longer than 100 characters, and each stack's line
+    leads with the keep_* function in its short name (no parameters, no clone suffix)."""
+    import os
+    import signal
+    import subprocess
+
+    from conftest import Lines, memhook_cmd
+    target = Target(build(tmp_path, "through_std.cpp", base_flags=OPT))
+    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--interval", "0.3", "--top", "20"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
+                          env={**os.environ, "COLUMNS": "100"})
+    lines = Lines(mh.stdout)
+    lines.expect("attached")
+    target.command("leak")
+    live = []
+    while not all(any(f"B/min  {k}  " in x for x in live)
+                  for k in ("keep_vector", "keep_map", "keep_shared", "keep_strdup")):
+        live.append(lines.expect("", timeout=20).rstrip("\n"))
+    mh.send_signal(signal.SIGINT)
+    mh.wait(60)
+    assert target.finish() == 0
+    shown = [x for x in live if x.startswith(("[", "  "))]
+    assert shown and all(len(x) <= 100 for x in shown), max(shown, key=len)
+    assert not any("keep_strdup(int)" in x or "[clone" in x for x in shown)

@@ -32,6 +32,11 @@ LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
     ("{lambda(int)#1}::operator()(int) const", "{lambda(int)#1}::operator()"),
     ("(anonymous namespace)::pool::pool()", "(anonymous namespace)::pool::pool"),
     ("unsigned long foo<3>(int)", "foo<3>"),
+    ("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > "
+     "std::operator+<char, std::char_traits<char>, std::allocator<char> >(std::__cxx11::"
+     "basic_string<char, std::char_traits<char>, std::allocator<char> >&&, char const*)",
+     "std::operator+<char, std::char_traits<char>, std::allocator<char> >"),
+    ("bool operator==<int>(Box<int> const&, Box<int> const&)", "operator==<int>"),
     ("main", "main"),
 ])
 def test_qualified_name(demangled, qualified):
@@ -65,5 +70,5 @@ def test_one_line_leads_with_the_attributed_frame_then_the_path():
              f("std::__cxx11::basic_string<char>::append(char const*)", LIBSTDCXX),
              {**f("remember_session(int)"), "file": "leaky_service.cpp", "line": 22}]
     assert leak_site({"frames": stack}) == (
-        "remember_session(int)  leaky_service.cpp:22  (via std::__cxx11::basic_string<char>::"
-        "_M_mutate(unsigned long) <- std::__cxx11::basic_string<char>::append(char const*))")
+        "remember_session  leaky_service.cpp:22  (via std::string::_M_mutate <- "
+        "std::string::append)")
