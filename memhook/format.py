@@ -63,10 +63,14 @@ def leak_site(r: dict, rules=None, full_names: bool = False) -> str:
 
 
 def distinct_labels(stacks: list, width: int = 40) -> list[str]:
-    """A label per stack (frames, call site first) that tells it from the others: its call
-    site, and where another stack shares that, the first frame where the two part
-    ("leaf ← … ← caller"). Stacks alike to the last name get their rank."""
-    names = [[frame_name(f) for f in s] for s in stacks]
+    """A label per stack (frames, call site first) that tells it from the others: its
+    attributed frame (the leak's own, attribution.py) in its short name, and where another
+    stack shares that, the first frame where the two part ("leaf ← … ← caller"). Stacks alike
+    to the last name get their rank."""
+    from .attribution import attributed
+    from .short_names import short
+    names = [[short(f["function"]) if f.get("function") else frame_name(f)
+              for f in s[attributed(s):]] for s in stacks]
 
     def cut(name: str) -> str:
         return name if len(name) <= width else name[:width - 1] + "…"

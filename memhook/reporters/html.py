@@ -7,7 +7,7 @@ import json
 
 from . import plots
 from ..capture import Capture
-from ..format import duration_text, frame_name, frame_text, human_bytes
+from ..format import duration_text, frame_name, frame_text, human_bytes, leak_site
 from .text import (census_lines, census_ok, dropped_frees_lines, mapping_lines,
                    process_memory_text)
 
@@ -100,11 +100,13 @@ TABLES = (
 )
 
 
-def _stack_html(frames: list, limit: int = 10) -> str:
-    lines = [html.escape(frame_text(f)) for f in frames[:limit]]
-    if len(frames) > limit:
-        lines.append(f"… {len(frames) - limit} more frames")
-    return "<pre>" + "\n".join(lines) + "</pre>"
+def _stack_html(row: dict, _shown: int = 10) -> str:
+    """A stack in a table: its one line (the leak's own frame, short names) and, on a click,
+    its frames in full (all of them: the page works offline, nothing is fetched)."""
+    frames = row["frames"]
+    lines = [html.escape(frame_text(f)) for f in frames]
+    return ("<details class='stack'><summary>" + html.escape(leak_site(row)) + "</summary><pre>"
+            + "\n".join(lines) + "</pre></details>")
 
 
 def _resident_html(report: dict) -> list[str]:
@@ -189,7 +191,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
             parts.append(f"<tr><td>{r['pid']}</td><td>{html.escape(str(r['command']))}</td>"
                          f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
                          f"<td class='num'>{human_bytes(r['growth_bytes_per_min'])}/min</td>"
-                         f"<td>{_stack_html(first['frames'], 4) if first else ''}</td></tr>")
+                         f"<td>{_stack_html(first, 4) if first else ''}</td></tr>")
         parts.append("</table>")
     parts += _resident_html(report)
     parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
@@ -204,7 +206,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                      f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
                      f"<td class='num'>{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
                      f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"
-                     f"<td>{_stack_html(r['frames'])}</td></tr>")
+                     f"<td>{_stack_html(r)}</td></tr>")
     parts.append("</table>")
     parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
     parts.append("<h2>Flame graph of outstanding bytes</h2><div id='crumb'></div>"
@@ -237,7 +239,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
         for r in rows:
             parts.append("<tr>" + "".join(f"<td class='num'>{fmt(r[k])}</td>"
                                           for _, k, fmt in columns)
-                         + f"<td>{_stack_html(r['frames'], 6)}</td></tr>")
+                         + f"<td>{_stack_html(r, 6)}</td></tr>")
         parts.append("</table>")
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)

@@ -127,6 +127,9 @@ def test_html_page_in_headless_chromium(tmp_path, targets):
     assert not RAW_ADDRESS.search(text)
     assert "transient share" not in text  # a table with headers, not a key dump
     assert "<th class=\"num\">share freed quickly</th>" in dom
+    # Each table's stack: one line leading with the leak's own frame, its frames on a click.
+    assert re.search(r'<details class="stack"><summary>twin_leaf  \S+lifecycle\.c:\d+</summary>'
+                     r'<pre>twin_leaf  ', dom), dom[:2000]
 
 
 def open_in_chromium(tmp_path, page) -> str:
