@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import html
 import json
+import os
 
-from . import plots
+from .. import attribution
 from ..capture import Capture
 from ..format import duration_text, frame_name, frame_text, human_bytes, leak_site
+from ..short_names import short
+from . import plots
 from .text import (census_lines, census_ok, dropped_frees_lines, mapping_lines,
                    process_memory_text)
 
@@ -20,7 +23,9 @@ pre{margin:2px 0;font-size:12px;white-space:pre-wrap}.why{color:#555;font-size:1
 #flame,#peak-flame{position:relative;width:100%;font-size:11px}
 #flame div,#peak-flame div{position:absolute;height:17px;overflow:hidden;white-space:nowrap;box-sizing:border-box;
 border:1px solid #fff;background:#e8864a;cursor:pointer;padding:0 3px;color:#000}
-#flame div:hover,#peak-flame div:hover{background:#f2b07f}
+#flame div:hover,#peak-flame div:hover{filter:brightness(1.1)}
+#flame div.match{outline:2px solid #c0143c;outline-offset:-2px;font-weight:bold}
+#flame-controls{margin:6px 0;font-size:13px}#flame-controls input[type=search]{width:260px}
 #crumb,#peak-crumb{margin:6px 0;font-size:12px;color:#555}
 svg{max-width:100%;height:auto}
 #rss{display:flex;width:100%;height:28px;border:1px solid #999;margin:8px 0}
@@ -28,32 +33,65 @@ svg{max-width:100%;height:auto}
 .key{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:middle}
 """
 
-# An icicle: the root on top, callees below; widths are outstanding bytes. Click to zoom into a
-# frame, click the top bar to zoom out.
+# An icicle: the root on top, callees below; widths are the chosen weight (outstanding bytes,
+# bytes allocated, blocks allocated). Each frame is coloured by its kind: the program's own code,
+# other libraries, the runtime (attribution.py). Click to zoom into a frame, click the top bar
+# to zoom out; the search box outlines the frames whose name holds its text and sums what they
+# hold (each stack once). The address's #search=TEXT and #weight=NAME set both on load, so a
+# link can carry them.
 SCRIPT = """
 function fmt(b) { const u = ['B','KiB','MiB','GiB']; let i = 0;
   while (b >= 1024 && i < 3) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
-function flame(dataId, boxId, crumbId) {
+const KIND_NAMES = ['the program', 'other libraries', 'the runtime'];
+const KIND_COLOURS = ['#e8864a', '#6fa8dc', '#c2c2c2'];
+function hashParam(name) {
+  const m = new RegExp('[#&]' + name + '=([^&]*)').exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : '';
+}
+function flame(dataId, boxId, crumbId, controls) {
   const data = JSON.parse(document.getElementById(dataId).textContent);
-  const root = {name: 'all', value: 0, children: {}};
-  for (const [stack, value] of data) {
-    let node = root; root.value += value;
-    for (const name of stack) {
-      node = node.children[name] = node.children[name] || {name, value: 0, children: {}};
-      node.value += value;
-    }
-  }
   const box = document.getElementById(boxId), crumb = document.getElementById(crumbId);
-  function draw(top, path) {
+  let weight = 0, term = '', root = null, top = null, path = [];
+  function build() {
+    root = {name: 'all', kind: 2, value: 0, children: {}};
+    for (const [frames, kinds, labels, ...values] of data) {
+      const value = values[weight] || 0; if (!value) continue;
+      let node = root; root.value += value;
+      frames.forEach((name, k) => {
+        const key = kinds[k] + name;
+        node = node.children[key] = node.children[key] ||
+          {name, label: labels[k], kind: kinds[k], value: 0, children: {}};
+        node.value += value;
+      });
+    }
+    top = root; path = [];
+  }
+  function matched(node) {
+    return term && (node.name.toLowerCase().includes(term) ||
+                    (node.label || '').toLowerCase().includes(term));
+  }
+  function sumMatched(node) {
+    if (matched(node)) return node.value;
+    let s = 0; for (const c of Object.values(node.children)) s += sumMatched(c); return s;
+  }
+  function draw() {
     box.innerHTML = ''; let depth = 0;
     const width = box.clientWidth;
     function place(node, x, w, d) {
       if (w < 2) return;
       const el = document.createElement('div');
       el.style.left = x + 'px'; el.style.width = w + 'px'; el.style.top = (d * 18) + 'px';
-      el.textContent = node.name; el.title = node.name + ' — ' + fmt(node.value);
-      el.onclick = () => draw(node === top ? (path.length ? path[path.length - 1][0] : root) : node,
-                              node === top ? path.slice(0, -1) : path.concat([[top]]));
+      el.style.background = KIND_COLOURS[node.kind];
+      el.dataset.kind = node.kind;
+      if (matched(node)) el.className = 'match';
+      el.textContent = node.label || node.name;
+      el.title = node.name + ' — ' + (weight === 2 ? node.value + ' blocks' : fmt(node.value))
+        + ' (' + KIND_NAMES[node.kind] + ')';
+      el.onclick = () => {
+        if (node === top) { top = path.length ? path.pop() : root; }
+        else { path.push(top); top = node; }
+        draw();
+      };
       box.appendChild(el); depth = Math.max(depth, d);
       let cx = x;
       for (const c of Object.values(node.children).sort((a, b) => b.value - a.value)) {
@@ -62,14 +100,58 @@ function flame(dataId, boxId, crumbId) {
     }
     place(top, 0, width, 0);
     box.style.height = ((depth + 1) * 18) + 'px';
-    crumb.textContent = top === root ? 'Click a frame to zoom in.' :
-        'Zoomed into ' + top.name + ' (' + fmt(top.value) + '); click the top bar to zoom out.';
+    const unit = v => weight === 2 ? v + ' blocks' : fmt(v);
+    crumb.textContent = (top === root ? 'Click a frame to zoom in.' :
+        'Zoomed into ' + top.name + ' (' + unit(top.value) + '); click the top bar to zoom out.')
+      + (term ? ' Matching "' + term + '": ' + unit(sumMatched(root)) + ' of ' +
+         unit(root.value) + '.' : '');
   }
-  draw(root, []);
+  if (controls) {
+    const search = document.getElementById('flame-search');
+    const weights = document.getElementsByName('flame-weight');
+    search.value = hashParam('search');
+    for (const r of weights) r.checked = r.value === (hashParam('weight') || 'outstanding');
+    const read = () => {
+      term = search.value.trim().toLowerCase();
+      const w = [...weights].find(r => r.checked);
+      const next = ['outstanding', 'allocated', 'count'].indexOf(w ? w.value : 'outstanding');
+      if (next !== weight || !root) { weight = next; build(); }
+      draw();
+    };
+    search.oninput = read; for (const r of weights) r.onchange = read;
+    read();
+  } else { build(); draw(); }
 }
-flame('flame-data', 'flame', 'crumb');
-if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb');
+flame('flame-data', 'flame', 'crumb', true);
+if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb', false);
 """
+
+
+KIND_COLOURS = ("#e8864a", "#6fa8dc", "#c2c2c2")  # as the script's: own, libraries, runtime
+KIND_NAMES = ("the program", "other libraries", "the runtime")
+
+
+def report_executable(cap: Capture) -> set:
+    """The program's own files: the executable of each process the capture holds."""
+    return {c.meta.get("exe") for c in (cap.processes or [cap]) if c.meta.get("exe")}
+
+
+def frame_kind(f: dict, exes: set) -> int:
+    """0: the program's own code (its executable, or a frame of no module: JIT code, or one
+    whose module is unknown), 1: another library, 2: the runtime (attribution.py)."""
+    if attribution.DEFAULT.is_runtime(f):
+        return 2
+    module = f.get("module")
+    return 0 if not module or module in exes or os.path.basename(module) in {
+        os.path.basename(e) for e in exes} else 1
+
+
+def flame_frames(frames: list, exes: set) -> tuple[list, list, list]:
+    """A stack for the flame graph, root first: full names (the tooltips, the search), kinds,
+    and short names (the bars' labels: short_names.py)."""
+    ordered = frames[::-1]
+    return ([frame_name(f) for f in ordered], [frame_kind(f, exes) for f in ordered],
+            [short(f["function"]) if f.get("function") else frame_name(f) for f in ordered])
 
 
 def _count(n: int) -> str:
@@ -209,15 +291,23 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                      f"<td>{_stack_html(r)}</td></tr>")
     parts.append("</table>")
     parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
-    parts.append("<h2>Flame graph of outstanding bytes</h2><div id='crumb'></div>"
-                 "<div id='flame'></div>")
-    folded = [[[frame_name(f) for f in reversed(s["frames"])],
-               s["outstanding_bytes"]] for s in report["sites"] if s["outstanding_bytes"] > 0]
+    parts.append("<h2>Flame graph of outstanding bytes</h2><div id='flame-controls'>"
+                 "<input type='search' id='flame-search' placeholder='search frames'> "
+                 + "".join(f"<label><input type='radio' name='flame-weight' value='{v}'> {t}"
+                           "</label> " for v, t in (("outstanding", "outstanding bytes"),
+                                                    ("allocated", "bytes allocated"),
+                                                    ("count", "blocks allocated")))
+                 + "&nbsp; " + "".join(f"<span class='key' style='background:{c}'></span>{t} "
+                                       for c, t in zip(KIND_COLOURS, KIND_NAMES))
+                 + "</div><div id='crumb'></div><div id='flame'></div>")
+    exe = report_executable(cap)
+    folded = [[*flame_frames(s["frames"], exe), s["outstanding_bytes"], s["alloc_bytes"],
+               s["alloc_count"]] for s in report["sites"] if s["alloc_count"] > 0]
     parts.append("<script id='flame-data' type='application/json'>"
                  + json.dumps(folded).replace("</", "<\\/") + "</script>")
     peak = report.get("peak")
     if peak:
-        held = [[[frame_name(f) for f in reversed(s["frames"])], s["peak_bytes"]]
+        held = [[*flame_frames(s["frames"], exe), s["peak_bytes"]]
                 for s in report["sites"] if s.get("peak_bytes")]
         parts.append(f"<h2>Flame graph at the peak</h2><p class='why'>{human_bytes(peak['bytes'])}"
                      f" outstanding {peak['time_s']:.3f} s after attach"

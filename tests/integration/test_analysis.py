@@ -120,7 +120,7 @@ def test_plots_and_html_report(tmp_path, targets):
     assert page.index("steady_leak") < page.index("startup_data")
     flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
                                  r"</script>", page, re.S).group(1))
-    by_leaf = {stack[-1]: value for stack, value in flame}
+    by_leaf = {stack[-1]: outstanding for stack, _kinds, _labels, outstanding, *_ in flame}
     assert by_leaf["steady_leak"] == 300 * 100 and by_leaf["startup_data"] == 200000
     assert target.finish() == 0
 

@@ -47,7 +47,8 @@ def test_peak_flame_graph_and_pprof_sample_type(tmp_path, targets):
     dom = open_in_chromium(tmp_path, page)
     assert "<h2>Flame graph at the peak</h2>" in dom
     peak_box = re.search(r'<div id="peak-flame"[^>]*>(.*?)</div></div>', dom, re.S)
-    assert peak_box and re.search(r'title="hold_big — 100\.0 MiB"', peak_box.group(0)), dom[-3000:]
+    assert peak_box and re.search(r'title="hold_big — 100\.0 MiB \(the program\)"',
+                                  peak_box.group(0)), dom[-3000:]
     if shutil.which("go") is None:
         pytest.skip("Go is not installed: the pprof half needs go tool pprof")
     prof = tmp_path / "heap.pb.gz"

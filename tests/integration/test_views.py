@@ -82,7 +82,7 @@ def test_one_name_per_frame_in_every_view(tmp_path, targets):
     html = page.read_text()
     flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
                                  r"</script>", html, re.S).group(1))
-    assert {n for stack, _ in flame for n in stack} <= names
+    assert {n for stack, *_ in flame for n in stack} <= names
     assert not RAW_ADDRESS.search(html)
 
     # Plots: the stacked plot's legend names each stack by what tells it from the others.
@@ -127,12 +127,24 @@ def test_html_page_in_headless_chromium(tmp_path, targets):
     assert not RAW_ADDRESS.search(text)
     assert "transient share" not in text  # a table with headers, not a key dump
     assert "<th class=\"num\">share freed quickly</th>" in dom
+    # The flame graph's search (the address can carry it): the frames holding the text
+    # outlined, the bytes of their stacks summed; the weight toggle (blocks allocated); the
+    # program's frames and the runtime's in different colours.
+    searched = open_in_chromium(tmp_path, page, "#search=twin_leaf&weight=count")
+    hits = re.findall(r'class="match" title="twin_leaf — (\d+) blocks', searched)
+    total = sum(s["alloc_count"] for s in report["sites"]
+                if any(f["function"] == "twin_leaf" for f in s["frames"]))
+    assert hits and sum(map(int, hits)) == total, (hits, total)
+    assert re.search(rf'Matching "twin_leaf": {total} blocks of \d+ blocks\.', searched)
+    colours = {k: set(re.findall(rf'data-kind="{k}"[^>]*background: (rgb\([^)]*\))', searched))
+               for k in "02"}
+    assert colours["0"] and colours["2"] and not colours["0"] & colours["2"], colours
     # Each table's stack: one line leading with the leak's own frame, its frames on a click.
     assert re.search(r'<details class="stack"><summary>twin_leaf  \S+lifecycle\.c:\d+</summary>'
                      r'<pre>twin_leaf  ', dom), dom[:2000]
 
 
-def open_in_chromium(tmp_path, page) -> str:
+def open_in_chromium(tmp_path, page, fragment: str = "") -> str:
     """The page's DOM after its scripts ran in headless Chromium, once its screenshot was taken
     and no console error seen (MEMHOOK_KEEP_SCREENSHOT=path keeps the screenshot)."""
     import os
@@ -143,15 +155,15 @@ def open_in_chromium(tmp_path, page) -> str:
              "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
              "--window-size=1200,4000"]
     shot = tmp_path / "page.png"
-    run = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri() + fragment],
+                         capture_output=True, text=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 20000, run.stderr[-2000:]
     if os.environ.get("MEMHOOK_KEEP_SCREENSHOT"):
         shutil.copy(shot, os.environ["MEMHOOK_KEEP_SCREENSHOT"])
     console = [x for x in run.stderr.splitlines() if "CONSOLE" in x or "Uncaught" in x]
     assert not console, console
-    return subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True,
-                          timeout=120).stdout
+    return subprocess.run(flags + ["--dump-dom", page.as_uri() + fragment], capture_output=True,
+                          text=True, timeout=120).stdout
 
 
 def test_resident_memory_table_sums_to_rss(tmp_path, targets):
