@@ -122,6 +122,27 @@ function flame(dataId, boxId, crumbId, controls) {
     read();
   } else { build(); draw(); }
 }
+// Tables: a click on a column's header sorts by it (largest first, again: smallest first);
+// #sort=TABLE:COLUMN sorts one on load.
+function sortTable(table, col, desc) {
+  const rows = [...table.rows].slice(1);
+  const key = r => { const c = r.cells[col];
+    return c.dataset.v !== undefined ? parseFloat(c.dataset.v) : c.textContent; };
+  rows.sort((a, b) => { const x = key(a), y = key(b);
+    const c = typeof x === 'number' ? x - y : String(x).localeCompare(String(y));
+    return desc ? -c : c; });
+  for (const r of rows) r.parentNode.appendChild(r);
+  table.dataset.sorted = col + (desc ? ' desc' : ' asc');
+}
+for (const table of document.querySelectorAll('table.sortable')) {
+  [...table.rows[0].cells].forEach((th, col) => {
+    th.style.cursor = 'pointer'; th.title = 'sort by this column';
+    th.onclick = () => sortTable(table, col, table.dataset.sorted !== col + ' desc');
+  });
+}
+const sortBy = hashParam('sort').split(':');
+if (sortBy.length === 2 && document.getElementById(sortBy[0]))
+  sortTable(document.getElementById(sortBy[0]), parseInt(sortBy[1]), true);
 flame('flame-data', 'flame', 'crumb', true);
 if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb', false);
 """
@@ -280,13 +301,15 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                  "accumulate at the end of the capture (the level their outstanding bytes return "
                  "to, robust slope over the last third); caches that filled and memory held "
                  "follow by size. Memory freed as it is used (per request, per query) is not "
-                 "listed.</p><table>"
+                 "listed.</p><table class='sortable' id='suspects'>"
                  "<tr><th>#</th><th class='num'>outstanding</th><th class='num'>growth at the "
                  "end</th><th>why</th><th>stack</th></tr>")
     for n, r in enumerate(report.get("leak_suspects", []), 1):
         parts.append(f"<tr><td>{n}" + (f"<br>PID {r['pid']}" if "pid" in r else "") + "</td>"
-                     f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
-                     f"<td class='num'>{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
+                     f"<td class='num' data-v='{r['outstanding_bytes']}'>"
+                     f"{human_bytes(r['outstanding_bytes'])}</td>"
+                     f"<td class='num' data-v='{r['late_growth_bytes_per_min']}'>"
+                     f"{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
                      f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"
                      f"<td>{_stack_html(r)}</td></tr>")
     parts.append("</table>")
@@ -323,11 +346,12 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
         if not rows:
             continue
         title = title.format(threshold=duration_text(report.get("transient_threshold_ns", 1e6)))
-        parts.append(f"<h2>{title}</h2><p class='why'>{why}</p><table><tr>"
+        parts.append(f"<h2>{title}</h2><p class='why'>{why}</p>"
+                     f"<table class='sortable' id='{key}'><tr>"
                      + "".join(f"<th class='num'>{html.escape(c)}</th>" for c, _, _ in columns)
                      + "<th>stack</th></tr>")
         for r in rows:
-            parts.append("<tr>" + "".join(f"<td class='num'>{fmt(r[k])}</td>"
+            parts.append("<tr>" + "".join(f"<td class='num' data-v='{r[k]}'>{fmt(r[k])}</td>"
                                           for _, k, fmt in columns)
                          + f"<td>{_stack_html(r, 6)}</td></tr>")
         parts.append("</table>")
