@@ -161,8 +161,8 @@ def report_executable(cap: Capture) -> set:
 def frame_kind(f: dict, exes: set) -> int:
     """0: the program's own code (its executable, or a frame of no module: JIT code, or one
     whose module is unknown), 1: another library, 2: the runtime (attribution.py)."""
-    if attribution.DEFAULT.is_runtime(f):
-        return 2
+    if attribution.DEFAULT.is_runtime(f) or attribution.is_marker(f):
+        return 2  # (a marker, "[no unwind info]", is not the program's code either)
     module = f.get("module")
     return 0 if not module or module in exes or os.path.basename(module) in {
         os.path.basename(e) for e in exes} else 1
