@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from conftest import Target, build, run_memhook, traced
+from memhook.attribution import qualified_name
 
 OPT = ["-g", "-O2", "-fno-omit-frame-pointer"]
 
@@ -68,3 +69,52 @@ def test_live_view_fits_columns_and_names_the_leaks_own_frame(tmp_path):
     shown = [x for x in live if x.startswith(("[", "  "))]
     assert shown and all(len(x) <= 100 for x in shown), max(shown, key=len)
     assert not any("keep_strdup(int)" in x or "[clone" in x for x in shown)
+
+
+def test_demo_service_and_frameless_target(tmp_path):
+    """The demo service (scripts/demo, built as demo.sh builds it) and a frameless target: the
+    suspects and stacks are named by the function a person would fix, in short words:
+    remember_session, not std::string's _M_mutate in libstdc++; handle_request for its
+    session_registry growth, not std::vector's _M_realloc_insert."""
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from conftest import Memhook
+    repo = Path(__file__).resolve().parents[2]
+    demo = tmp_path / "leaky_service"
+    subprocess.run(["g++", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread",
+                    str(repo / "scripts/demo/leaky_service.cpp"), "-o", str(demo)], check=True)
+    service = subprocess.Popen([str(demo)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        mh = Memhook(service.pid, tmp_path)
+        time.sleep(2)
+        report = mh.stop()
+    finally:
+        service.kill()
+        service.wait()
+    top = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:6]
+    named = [qualified_name(s["frames"][s["attributed_frame"]]["function"] or "") for s in top]
+    assert named[0] == "(anonymous namespace)::remember_session", named
+    assert set(named) <= {"(anonymous namespace)::remember_session",
+                          "(anonymous namespace)::audit_record",
+                          "(anonymous namespace)::handle_request"}, named
+    text = run_memhook("report", mh.capture).stdout
+    first = next(line for line in text.splitlines() if line.startswith("#1 "))
+    assert "]: (anonymous namespace)::remember_session  " in first, first
+    assert "_M_mutate" not in first and "basic_string" not in first, first
+    # A frameless target: each leak, whichever libc or libstdc++ function allocated it, is
+    # named by the frameless function of the program's that called it (unwind rows).
+    from test_whole_stacks import build_pair, FRAMELESS
+    d = tmp_path / "frameless"
+    d.mkdir()
+    exe = build_pair(d, FRAMELESS)
+    target = Target(exe)
+    mh, report = traced(target, tmp_path, "strdup 1000", "getline", "asprintf 3000",
+                        "string 3000", "vector 3000")
+    named = {qualified_name(s["frames"][s["attributed_frame"]]["function"] or "")
+             for s in report["sites"] if s["outstanding_bytes"] > 0 and any(
+                 (f["function"] or "").startswith("leak_") for f in s["frames"])}
+    assert {"leak_strdup", "leak_getline", "leak_asprintf", "leak_string",
+            "leak_vector"} <= named, named
