@@ -41,6 +41,23 @@ def frame_text(f: dict) -> str:
     return where
 
 
+LEAK_FRAME_LABEL = "memhook.leak_frame"  # pprof sample label, OTLP sample attribute
+
+
+def leak_frame(r: dict) -> str:
+    """A stack's attributed frame alone, short name and file:line (or module): the label pprof
+    and OTLP samples carry, so that a profile viewer can group by the frame to fix."""
+    from .attribution import attributed
+    from .short_names import short
+    frames = r.get("frames") or []
+    if not frames:
+        return "?"
+    at = r.get("attributed_frame")
+    f = frames[attributed(frames) if at is None else at]
+    return frame_text({**f, "function": short(f["function"]) if f.get("function") else None,
+                       "inlined": False})
+
+
 def leak_site(r: dict, rules=None, full_names: bool = False) -> str:
     """A stack as one line names it (issue 35): its attributed frame (the one a person would
     fix) with file:line, then the runtime frames it called into, in short names

@@ -18,6 +18,7 @@ from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .. import __version__
+from ..format import LEAK_FRAME_LABEL, leak_frame
 from .model import SAMPLE_TYPES
 BUILD_ID = "process.executable.build_id.gnu"  # semantic conventions' key
 
@@ -147,8 +148,10 @@ def request_many(parts: list, labels: dict) -> ExportProfilesServiceRequest:
                 p.period_type.unit_strindex = d.string("bytes")
                 p.period = sample_rate
             for index, site in stacks:
-                if site[key] > 0:
-                    p.samples.add(stack_index=index, values=[int(site[key])])
+                if site[key] > 0:  # (the frame to fix, as an attribute a viewer groups by)
+                    p.samples.add(stack_index=index, values=[int(site[key])],
+                                  attribute_indices=[d.attribute(LEAK_FRAME_LABEL,
+                                                                 leak_frame(site))])
             profiles.append(p)
         scope = pb.ScopeProfiles(scope=InstrumentationScope(name="memhook", version=__version__),
                                  profiles=profiles)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 
 from ..capture import Capture
+from ..format import LEAK_FRAME_LABEL, leak_frame
 from ..symbolize import Symbolizer
 from .model import SAMPLE_TYPES
 
@@ -113,7 +114,9 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
             inside = bool(f.get("inlined"))
         ids = [location_id(a) for a in addresses]
         values = [site.get(key, 0) for _, _, key in PPROF_TYPES]
-        samples += _message(2, _packed(1, ids) + _packed(2, values))
+        label = _message(3, _field(1, strings(LEAK_FRAME_LABEL)) +
+                         _field(2, strings(leak_frame(site))))  # (the frame to fix)
+        samples += _message(2, _packed(1, ids) + _packed(2, values) + label)
     out += samples + body_locations + body_functions
     meta = cap.meta
     if meta.get("started_at"):

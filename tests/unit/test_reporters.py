@@ -138,11 +138,16 @@ def test_pprof(cap, rep):
     for loc in prof[4]:
         fields = protobuf(loc)
         locations[fields[1][0]] = [functions[protobuf(line)[1][0]] for line in fields[4]]
-    samples = {}
+    samples, leak_frames = {}, {}
     for s in prof[2]:
         fields = protobuf(s)
         stack = tuple(name for lid in _packed(fields[1][0]) for name in locations[lid])
         samples[stack] = _packed(fields[2][0])
+        (label,) = [protobuf(x) for x in fields[3]]  # the frame to fix, a label to group by
+        assert strings[label[1][0]] == "memhook.leak_frame"
+        leak_frames[stack] = strings[label[2][0]]
+    assert leak_frames[("framed", "main")].startswith("framed  ")
+    assert re.fullmatch(r"framed  \S+unwind_framed\.c:\d+", leak_frames[("framed", "main")])
     assert samples[("framed", "main")] == [10, 3000, 10, 3000, 0]  # (no peak in this capture)
     assert samples[("frameless", "main")] == [7, 700, 7, 700, 0]
     assert samples[("main",)] == [1000, 16000, 0, 0, 0]
@@ -172,6 +177,11 @@ def test_otlp(cap, rep):
         return tuple(out)
 
     inuse = {stack_names(s.stack_index): list(s.values) for s in profiles[0].samples}
+    for sample in profiles[0].samples:  # each sample: the frame to fix, as an attribute
+        (a,) = [d.attribute_table[i] for i in sample.attribute_indices]
+        assert d.string_table[a.key_strindex] == "memhook.leak_frame" if hasattr(
+            a, "key_strindex") else a.key == "memhook.leak_frame"
+        assert a.value.string_value.startswith(stack_names(sample.stack_index)[0] + "  ")
     assert inuse == {("framed", "main"): [3000], ("frameless", "main"): [700]}
     allocs = {stack_names(s.stack_index): list(s.values) for s in profiles[3].samples}
     assert allocs[("main",)] == [1000]
