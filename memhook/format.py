@@ -58,11 +58,13 @@ def leak_frame(r: dict) -> str:
                        "inlined": False})
 
 
-def leak_site(r: dict, rules=None, full_names: bool = False) -> str:
+def leak_site(r: dict, rules=None, full_names: bool = False, width: int | None = None) -> str:
     """A stack as one line names it (issue 35): its attributed frame (the one a person would
     fix) with file:line, then the runtime frames it called into, in short names
     (short_names.py: two frames of the line that would read the same keep their parameters)
-    unless `full_names`. `rules`: attribution.Rules where the stack has no attributed_frame."""
+    unless `full_names`. `rules`: attribution.Rules where the stack has no attributed_frame.
+    `width`: the room it has; beyond it the path into the runtime is left out, then the
+    file's directories."""
     from .attribution import DEFAULT, attributed, path_into_runtime
     from .short_names import Shortener
     frames = r.get("frames") or []
@@ -76,7 +78,12 @@ def leak_site(r: dict, rules=None, full_names: bool = False) -> str:
     def named(f):
         return {**f, "function": shorten(f.get("function"))}
     via = [frame_name(named(f)) for f in shown[:-1]]
-    return frame_text(named(frames[at])) + (f"  (via {' <- '.join(via)})" if via else "")
+    line = frame_text(named(frames[at])) + (f"  (via {' <- '.join(via)})" if via else "")
+    if width and len(line) > width:  # the path into the runtime goes first, then the file's
+        line = frame_text(named(frames[at]))     # directories
+        if len(line) > width and frames[at].get("file"):
+            line = frame_text({**named(frames[at]), "file": os.path.basename(frames[at]["file"])})
+    return line
 
 
 def distinct_labels(stacks: list, width: int = 40) -> list[str]:

@@ -47,9 +47,11 @@ class LiveView:
         times, series = self.recorder.recent(shown, self.HISTORY)
         for i in shown:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
+            width = self.width()
             where = leak_site({"frames": stack_frames(symbolizer, frames[offsets[i]:
                                                                          offsets[i + 1]])},
-                              self.rules, self.full_names)
+                              self.rules, self.full_names,
+                              width - 30 if width else None)  # (the two columns before)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         memory = self.part_lines(symbolizer, offsets, frames)

@@ -4,6 +4,7 @@ the allocators); every frame stays in the JSON, with the attributed frame's inde
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import Target, build, run_memhook, traced
 from memhook.attribution import qualified_name
@@ -69,6 +70,10 @@ def test_live_view_fits_columns_and_names_the_leaks_own_frame(tmp_path):
     shown = [x for x in live if x.startswith(("[", "  "))]
     assert shown and all(len(x) <= 100 for x in shown), max(shown, key=len)
     assert not any("keep_strdup(int)" in x or "[clone" in x for x in shown)
+    # To fit, the path into the runtime goes first, then the file's directories: the function
+    # and its file:line stay whole.
+    assert all(re.search(r"B/min  keep_\w+  \S*through_std\.cpp:\d+$", x) for x in shown
+               if "B/min  keep_" in x), [x for x in shown if "keep_" in x]
 
 
 def test_demo_service_and_frameless_target(tmp_path):
