@@ -328,6 +328,28 @@ def _unwind_facts(binary):
     return main, [(int(rows[i, 0]), int(rows[i + 1, 0])) for i in at]
 
 
+ENTRY_STUB = 64  # bytes of an unnamed entry point's code taken as "_start" (RTLD_START's: 61)
+
+
+def _name_the_entry(binary, funcs: dict) -> None:
+    """An object whose entry point no symbol covers (the dynamic loader stripped of .symtab,
+    where every constructor's stack starts) gets "_start" there, as gdb names it: up to the
+    next symbol, at most ENTRY_STUB bytes."""
+    entry = binary.header["e_entry"]
+    if not entry or any(a <= entry < a + f[1] for a, f in funcs.items()):
+        return
+    after = min((a for a in funcs if a > entry), default=entry + ENTRY_STUB)
+    funcs[entry] = ((3, False, 6), min(after - entry, ENTRY_STUB), "_start")
+
+
+def without_root_marker(frames: list) -> list:
+    """A stack's frames without the "[no unwind info]" marker right after `_start`: the
+    entry point is the stack's true root (hand-written, without CFI), nothing was cut."""
+    return [f for i, f in enumerate(frames) if not (
+        i and f.get("function") == CUT_MARKERS.get(_native.FRAME_NO_UNWIND_INFO)
+        and not f.get("module") and frames[i - 1].get("function") == "_start")]
+
+
 class ModuleSymbols:
     """Function names (symbol tables of the binary and its debug file) and DWARF lines and
     inlined calls, addressed by ELF virtual address."""
@@ -354,6 +376,7 @@ class ModuleSymbols:
             (lo, hi), self.signal_spans = _unwind_facts(binary)
             if lo and not any(f[2] == "main" for f in funcs.values()):
                 funcs[lo] = ((0, False, 4), hi - lo, "main")
+            _name_the_entry(binary, funcs)
         order = sorted(funcs)
         self.starts = np.array(order, dtype=np.uint64)
         self.ends = np.array([a + funcs[a][1] for a in order], dtype=np.uint64)
@@ -643,4 +666,5 @@ class Symbolizer:
 
 def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     """A stack's frames as reports hold them (dicts, inlined frames included), innermost first."""
-    return [f.as_dict() for x in addresses for f in symbolizer.frames(int(x))]
+    return without_root_marker([f.as_dict() for x in addresses
+                                for f in symbolizer.frames(int(x))])

@@ -14,7 +14,7 @@ from .. import analysis, attribution, hooks
 from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
                        stack_key)
 from ..capture import snapshots
-from ..symbolize import Symbolizer
+from ..symbolize import Symbolizer, stack_frames
 
 SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
              "outstanding_bytes")
@@ -90,7 +90,7 @@ def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
 
 
 def site_frames(cap: Capture, stack: int, symbolizer: Symbolizer) -> list:
-    return [f.as_dict() for addr in cap.frames(stack) for f in symbolizer.frames(int(addr))]
+    return stack_frames(symbolizer, cap.frames(stack))
 
 
 PEAK_STACKS = 10
