@@ -42,16 +42,13 @@ class LiveView:
                 f"blocks; {alloc_rate:.0f} allocs/s, {free_rate:.0f} frees/s; "
                 f"{t['dropped_events']} dropped; RSS {human_bytes(mem['rss_bytes'])} "
                 f"(anon {human_bytes(mem['anon_bytes'])})")
-        rows = []
+        rows, width = [], self.width()
         shown = [int(i) for i in np.argsort(-out.astype(np.float64))[:self.top] if out[i]]
         times, series = self.recorder.recent(shown, self.HISTORY)
         for i in shown:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
-            width = self.width()
-            where = leak_site({"frames": stack_frames(symbolizer, frames[offsets[i]:
-                                                                         offsets[i + 1]])},
-                              self.rules, self.full_names,
-                              width - 30 if width else None)  # (the two columns before)
+            where = self.stack_line(symbolizer, offsets, frames, i,
+                                    width - 30 if width else None)  # (the columns before)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where))
         memory = self.part_lines(symbolizer, offsets, frames)
@@ -94,6 +91,14 @@ class LiveView:
             lines.append(f"  {human_bytes(sum(p.bytes['Rss'] for p in rest)):>10}  "
                          f"{len(rest)} more parts")
         return lines
+
+    def stack_line(self, symbolizer, offsets, frames, stack: int,
+                   width: int | None = None) -> str:
+        """Stack `stack` of the consumer's (offsets, frames) as one line (format.leak_site),
+        by this view's attribution rules and names; the live view's and a snapshot's."""
+        return leak_site({"frames": stack_frames(symbolizer,
+                                                 frames[offsets[stack]:offsets[stack + 1]])},
+                         self.rules, self.full_names, width)
 
     def width(self) -> int | None:
         """The columns a line may take: the terminal's, or COLUMNS where set (None: any)."""

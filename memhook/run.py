@@ -123,8 +123,7 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
 
 def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
     """A snapshot as memhook prints it when it takes one: what, when, and the largest stacks."""
-    from .format import human_bytes, leak_site
-    from .symbolize import stack_frames
+    from .format import human_bytes
     sites, s = snap["sites"], m.session
     order = np.argsort(-sites["outstanding_bytes"].astype(np.float64))[:top]
     out = [f"memhook: snapshot {snap['number']} of PID {s.pid}, {snap['time_s']:.3f} s after "
@@ -134,11 +133,9 @@ def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
     for i in order:
         if not sites["outstanding_bytes"][i]:
             break
-        stack = int(sites["id"][i])
-        out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  " + leak_site(
-            {"frames": stack_frames(m.follower.symbolizer, frames[offsets[stack]:
-                                                                  offsets[stack + 1]])},
-            m.follower.view.rules, m.follower.view.full_names))
+        out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  " +
+                   m.follower.view.stack_line(m.follower.symbolizer, offsets, frames,
+                                              int(sites["id"][i])))
     return out
 
 
@@ -232,7 +229,7 @@ class Run:
 
     def follow_forks(self) -> None:
         """--follow-fork: each child a traced process forked announced itself in its parent's
-        segment and waits (hook_library/lifecycle.h); attach to it, then let it go."""
+        segment and waits (hook_library/following.h); attach to it, then let it go."""
         for m in self.active:
             for pid in m.session.consumer.forked():
                 if not any(n.session.pid == pid and n.cap is None for n in self.members):
@@ -345,7 +342,7 @@ class Run:
             if c.fired:
                 continue
             for m in self.active:
-                why = c.check(m.session)
+                why = c.check(m.session, m.cgroup)
                 if why:
                     c.fired = True
                     self.snapshot(f"{c.text}: PID {m.session.pid}: {why}")

@@ -31,8 +31,9 @@ class Condition:
     fired: bool = False
     baselines: dict = field(default_factory=dict)  # per PID: the cgroup's counters at first look
 
-    def check(self, session) -> str:
-        """"" while it does not hold for this process, else what held ("rss 2.1 GiB > 2 GiB")."""
+    def check(self, session, group: tuple[str, str] | None) -> str:
+        """"" while it does not hold for this process (`group`: its memory cgroup, as
+        memory_cgroup() found it at attach), else what held ("RSS 2.1 GiB > 2.0 GiB")."""
         pid = session.pid
         if self.kind == "rss":
             rss = _rss(pid)
@@ -42,7 +43,6 @@ class Condition:
             out = session.consumer.totals()["outstanding_bytes"]
             return f"outstanding {human_bytes(out)} > {human_bytes(self.limit)}" \
                 if out > self.limit else ""
-        group = memory_cgroup(pid)
         if self.kind == "psi":
             avg = psi_some_avg10(group)
             return f"memory PSI some avg10 {avg:.2f} > {self.limit:g}" \
