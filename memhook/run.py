@@ -217,8 +217,8 @@ class Run:
                 f"{type(e).__name__}: {e}"
             print(f"memhook: not tracing PID {pid}: {reason}", file=sys.stderr, flush=True)
             return
+        recorder.start()  # (before "attached" is said: what follows it is recorded, events too)
         say_attached(session, result)
-        recorder.start()
         label = f"PID {pid}: " if self.several else ""
         group = snapshot_when.memory_cgroup(pid)
         self.members.append(Member(session, recorder, Follower(
