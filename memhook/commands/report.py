@@ -128,13 +128,14 @@ def run_report(argv: list[str]) -> int:
         everything = model.Filters(a.min_size, a.max_size, a.module, a.function)
         d = model.diff(model.build(base, symbolizer, everything),
                        model.build(other, other_symbolizer, everything), base, other)
+        model.attribute(d, filters.runtime)
         if base is not cap or a.snapshot is not None:
             d["base"]["snapshot"] = int(a.diff) if base is not cap else a.snapshot
             d["other"]["snapshot"] = a.snapshot if base is not cap else None
         if a.top:
             d["sites"] = d["sites"][:a.top]
         emit(json.dumps(d, indent=1) if a.format == "json"
-             else render_diff_text(d, top=a.top or 10), a.output)
+             else render_diff_text(d, top=a.top or 10, full_names=a.full_names), a.output)
         return EXIT_OK
     rep = model.build(cap, symbolizer, filters)
     if suppressions.leak_check_asked(a):

@@ -123,7 +123,7 @@ function flame(dataId, boxId, crumbId, controls) {
   } else { build(); draw(); }
 }
 // Tables: a click on a column's header sorts by it (largest first, again: smallest first);
-// #sort=TABLE:COLUMN sorts one on load.
+// #sort=TABLE:COLUMN sorts one on load; #expand=TABLE:ROW opens a row's stack.
 function sortTable(table, col, desc) {
   const rows = [...table.rows].slice(1);
   const key = r => { const c = r.cells[col];
@@ -143,6 +143,13 @@ for (const table of document.querySelectorAll('table.sortable')) {
 const sortBy = hashParam('sort').split(':');
 if (sortBy.length === 2 && document.getElementById(sortBy[0]))
   sortTable(document.getElementById(sortBy[0]), parseInt(sortBy[1]), true);
+// #expand=TABLE:ROW opens that row's stack as a reader's click on it does.
+const expand = hashParam('expand').split(':');
+if (expand.length === 2 && document.getElementById(expand[0])) {
+  const row = document.getElementById(expand[0]).rows[parseInt(expand[1])];
+  const summary = row && row.querySelector('details.stack > summary');
+  if (summary) summary.click();
+}
 document.body.dataset.drawnMs = Math.round(performance.now());  // (benchmarks/html_load.py)
 flame('flame-data', 'flame', 'crumb', true);
 if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb', false);
@@ -204,7 +211,7 @@ TABLES = (
 )
 
 
-def _stack_html(row: dict, _shown: int = 10) -> str:
+def _stack_html(row: dict) -> str:
     """A stack in a table: its one line (the leak's own frame, short names) and, on a click,
     its frames in full (all of them: the page works offline, nothing is fetched)."""
     frames = row["frames"]
@@ -295,7 +302,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
             parts.append(f"<tr><td>{r['pid']}</td><td>{html.escape(str(r['command']))}</td>"
                          f"<td class='num'>{human_bytes(r['outstanding_bytes'])}</td>"
                          f"<td class='num'>{human_bytes(r['growth_bytes_per_min'])}/min</td>"
-                         f"<td>{_stack_html(first, 4) if first else ''}</td></tr>")
+                         f"<td>{_stack_html(first) if first else ''}</td></tr>")
         parts.append("</table>")
     parts += _resident_html(report)
     parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
@@ -354,7 +361,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
         for r in rows:
             parts.append("<tr>" + "".join(f"<td class='num' data-v='{r[k]}'>{fmt(r[k])}</td>"
                                           for _, k, fmt in columns)
-                         + f"<td>{_stack_html(r, 6)}</td></tr>")
+                         + f"<td>{_stack_html(r)}</td></tr>")
         parts.append("</table>")
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)

@@ -70,21 +70,43 @@ def over_time(cap: Capture, report: dict, symbolizer):
         labels = distinct_labels([[f.as_dict() for a in cap.frames(s) for f in
                                    symbolizer.frames(int(a))] for s in top])
         rest = np.maximum(total - np.sum(layers, axis=0), 0) if layers else total
-        ax.stackplot(times, *layers, rest, labels=labels + ["other stacks"], alpha=0.85)
+        # From attach, when nothing of the session was outstanding yet: a capture shorter than
+        # one interval (memhook run of a short program) has a single point, and an area needs two.
+        at = np.concatenate(([0.0], times)) if times[0] > 0 else times
+        ax.stackplot(at, *[_from_attach(v, at) for v in [*layers, rest]],
+                     labels=labels + ["other stacks"], alpha=0.85)
         top_value = float(max(total.max(initial=1), 1))
-        if len(cap.series.get("anon_bytes", [])):
-            anon = np.asarray(cap.series["anon_bytes"], np.float64)
-            ax.plot(times, anon, "k--", linewidth=1.2, label="anonymous resident memory")
+        # The process's memory where it was read (0: the process had exited by that tick).
+        rss = np.asarray(cap.series.get("rss_bytes", []), np.float64)
+        read = rss > 0 if len(rss) == len(times) else np.zeros(len(times), bool)
+        dots = "." if read.sum() < 3 else None
+        if read.any() and len(cap.series.get("anon_bytes", [])):
+            anon = np.asarray(cap.series["anon_bytes"], np.float64)[read]
+            ax.plot(times[read], anon, "k--", linewidth=1.2, marker=dots,
+                    label="anonymous resident memory")
             top_value = max(top_value, float(anon.max()))
-            mem.plot(times, anon, "k--", linewidth=1.2, label="anonymous resident")
-        if len(cap.series.get("rss_bytes", [])):
-            rss = np.asarray(cap.series["rss_bytes"], np.float64)
-            _resident_parts(mem, times, cap.series)
-            mem.plot(times, rss, "k-", linewidth=1.2, label="resident (RSS)")
+            mem.plot(times[read], anon, "k--", linewidth=1.2, marker=dots,
+                     label="anonymous resident")
+        if read.any():
+            _resident_parts(mem, times[read], {k: np.asarray(v)[read] for k, v in
+                                               cap.series.items() if len(v) == len(times)})
+            mem.plot(times[read], rss[read], "k-", linewidth=1.2, marker=dots,
+                     label="resident (RSS)")
             _binary_ticks(mem.yaxis, float(rss.max()))
-    mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+        if not read.any():
+            mem.text(0.5, 0.5, "not read: the process ended before the first interval",
+                     transform=mem.transAxes, ha="center", va="center", fontsize=9)
+            mem.set_yticks([])
+    if mem.get_legend_handles_labels()[0]:
+        mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
     return _axes(fig, ax, mem, top_value, "Outstanding bytes by call stack", "process",
                  "time since attach (s)")
+
+
+def _from_attach(values, at) -> np.ndarray:
+    """A series preceded by its value at attach (0) where `at` starts there and it does not."""
+    values = np.asarray(values, np.float64)
+    return np.concatenate(([0.0], values)) if len(at) > len(values) else values
 
 
 def _axes(fig, ax, mem, top_value: float, title: str, mem_label: str, xlabel: str):

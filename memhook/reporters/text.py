@@ -191,7 +191,8 @@ def allocator_stats_lines(stats: dict | None) -> list[str]:
     return lines
 
 
-def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
+def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4,
+                  full_names: bool = False) -> list[str]:
     """The program's anonymous mappings in the session, by call stack (mmap hooks)."""
     if not m:
         return []
@@ -205,7 +206,8 @@ def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
                      f"{r['maps']} mapping{'s' if r['maps'] != 1 else ''} of "
                      f"{human_bytes(r['mapped_bytes'])}"
                      + (f", {human_bytes(r['released_bytes'])} released (MADV_DONTNEED)"
-                        if r["released_bytes"] else ""))
+                        if r["released_bytes"] else "")
+                     + f": {one_line_site(r, full_names=full_names)}")
         for f in r["frames"][:frames]:
             lines.append(f"      {frame_text(f)}")
     return lines
@@ -248,7 +250,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
     lines += resident_lines(report.get("resident_memory"))
     lines += census_lines(report.get("heap_census"))
     lines += allocator_stats_lines(report.get("allocator_stats"))
-    lines += mapping_lines(report.get("mappings"))
+    lines += mapping_lines(report.get("mappings"), full_names=full_names)
     for m in report.get("unsymbolized_modules", []):
         lines.append(f"  not symbolized: {m['module']}: {m['reason']}")
     for a in report.get("allocators", []):
@@ -289,7 +291,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         where = leak_site(r)
         lines.append(f"  freed by another thread: {where}: {r['other_thread_share']:.0%} "
                      f"(same thread {r['same_thread_share']:.0%}, live {r['live_share']:.0%})")
-    lines += peak_lines(report.get("peak"))
+    lines += peak_lines(report.get("peak"), full_names=full_names)
     lines += snapshot_lines(report.get("snapshots"))
     leaking = [s for s in report["sites"] if s["outstanding_bytes"] > 0][:top]
     lines.append(f"Top {len(leaking)} call stacks by outstanding bytes:" if leaking
@@ -325,7 +327,8 @@ def snapshot_lines(snaps: list | None) -> list[str]:
     return lines
 
 
-def peak_lines(peak: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
+def peak_lines(peak: dict | None, shown: int = 5, frames: int = 4,
+               full_names: bool = False) -> list[str]:
     """The session's highest outstanding heap and the stacks that held it then."""
     if not peak:
         return []
@@ -336,8 +339,10 @@ def peak_lines(peak: dict | None, shown: int = 5, frames: int = 4) -> list[str]:
                 if peak.get("vm_hwm_bytes") else "") + "; at that moment:"]
     for r in peak["stacks"][:shown]:
         lines.append(f"  {r['peak_bytes']} bytes ({human_bytes(r['peak_bytes'])}); "
-                     f"{human_bytes(r['outstanding_bytes'])} at the end")
-        lines += [f"      {frame_text(f)}" for f in r["frames"][:frames]]
+                     f"{human_bytes(r['outstanding_bytes'])} at the end: "
+                     f"{one_line_site(r, full_names=full_names)}")
+        at = r.get("attributed_frame") or 0  # (the whole stack is in the listing below)
+        lines += [f"      {frame_text(f)}" for f in r["frames"][at:at + frames]]
     return lines
 
 
@@ -358,7 +363,7 @@ def suppression_lines(report: dict) -> list[str]:
     return lines
 
 
-def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
+def render_diff_text(d: dict, top: int = 10, frames: int = 6, full_names: bool = False) -> str:
     def side(x):
         return f"PID {x['pid']}" + (f" snapshot {x['snapshot']}" if x.get("snapshot") else
                                     " at the end" if "snapshot" in x else "")
@@ -366,7 +371,8 @@ def render_diff_text(d: dict, top: int = 10, frames: int = 6) -> str:
              f"{d['change_bytes']:+d} bytes"]
     for n, r in enumerate(d["sites"][:top], 1):
         lines.append(f"#{n} {r['change_bytes']:+d} bytes ({r['outstanding_bytes_before']} -> "
-                     f"{r['outstanding_bytes_after']}), {r['outstanding_count_change']:+d} blocks")
+                     f"{r['outstanding_bytes_after']}), {r['outstanding_count_change']:+d} blocks: "
+                     f"{one_line_site(r, full_names=full_names)}")
         for f in r["frames"][:frames]:
             lines.append(f"      {frame_text(f)}")
     return "\n".join(lines)

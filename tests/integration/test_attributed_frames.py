@@ -109,6 +109,12 @@ def test_demo_service_and_frameless_target(tmp_path):
     first = next(line for line in text.splitlines() if line.startswith("#1 "))
     assert "]: (anonymous namespace)::remember_session  " in first, first
     assert "_M_mutate" not in first and "basic_string" not in first, first
+    # The peak's stacks lead the same way, then list their frames from that one on.
+    peak = text[text.index("\nPeak: "):text.index("\nTop ")].splitlines()[2:]
+    leads = [x for x in peak if re.match(r"  \d+ bytes \(", x)]
+    assert leads and all(": (anonymous namespace)::" in x for x in leads), peak
+    assert all("_M_mutate" not in x and "__cxx11" not in x for x in leads), leads
+    assert not any("_M_mutate" in x or "new_allocator" in x for x in peak), peak
     # A frameless target: each leak, whichever libc or libstdc++ function allocated it, is
     # named by the frameless function of the program's that called it (unwind rows).
     from test_whole_stacks import build_pair, FRAMELESS

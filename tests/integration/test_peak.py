@@ -33,7 +33,8 @@ def test_peak_names_the_stack_that_held_it(tmp_path, targets):
     text = run_memhook("report", mh.capture).stdout
     assert re.search(r"^Peak: 100\.\d MiB outstanding, [\d.]+ s after attach; the process's "
                      r"peak RSS \(VmHWM\) [\d.]+ \w+; at that moment:\n  104857600 bytes "
-                     r"\(100\.0 MiB\); 0 B at the end\n      hold_big  \S+peak\.c:\d+", text,
+                     r"\(100\.0 MiB\); 0 B at the end: hold_big  \S+peak\.c:\d+\n"
+                     r"      hold_big  \S+peak\.c:\d+", text,
                      re.M), text
 
 

@@ -253,3 +253,24 @@ def test_follow_fork_traces_an_exec_from_its_constructors(tmp_path, launched):
     # the child exec'd.
     ctor = site(rep, "allocate_in_ctor")
     assert (ctor["outstanding_bytes"], ctor["outstanding_count"]) == (2222, 2)
+
+
+def test_a_program_shorter_than_one_interval_is_drawn(tmp_path, launched):
+    """A program that ends within memhook's first interval leaves one tick, taken at its exit:
+    the over-time plot draws the session from attach (nothing outstanding) to that tick, and
+    no resident-memory line drops to 0 where the process was gone."""
+    from memhook import capture as capture_mod
+    from memhook.reporters import plots
+    from memhook.symbolize import Symbolizer
+    proc, rep = memhook_run(tmp_path, launched, "exit", "0")
+    assert proc.returncode == 0, proc.stderr
+    cap = capture_mod.read(str(tmp_path / "run.mh"))
+    assert len(cap.series["time_s"]) == 1, cap.series["time_s"]
+    fig = plots.over_time(cap, rep, Symbolizer(cap.modules))
+    top, mem = fig.axes[:2]
+    drawn = [p.vertices for c in top.collections for p in c.get_paths()]
+    xs = [x for v in drawn for x, _ in v]
+    assert drawn and min(xs) == 0 and max(xs) == cap.series["time_s"][0], drawn
+    assert max(y for v in drawn for _, y in v) == rep["totals"]["outstanding_bytes"]
+    for line in [*top.get_lines(), *mem.get_lines()]:
+        assert all(y > 0 for y in line.get_ydata()), (line.get_label(), line.get_ydata())

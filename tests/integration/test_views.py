@@ -3,6 +3,7 @@ stacks, the HTML page (its flame graph and plots, and in headless Chromium) and 
 themselves name each frame the same way, and legends tell stacks apart."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import signal
@@ -12,7 +13,8 @@ import time
 from conftest import Lines, build, memhook_cmd, run_memhook, site
 
 from memhook import capture as capture_mod
-from memhook.format import distinct_labels, frame_name
+from memhook.format import distinct_labels, frame_name, frame_text
+from memhook.format import leak_site as site_line_of
 from memhook.reporters import plots
 from memhook.symbolize import Symbolizer
 
@@ -150,6 +152,19 @@ def test_html_page_in_headless_chromium(tmp_path, targets):
     # Each table's stack: one line leading with the leak's own frame, its frames on a click.
     assert re.search(r'<details class="stack"><summary>twin_leaf  \S+lifecycle\.c:\d+</summary>'
                      r'<pre>twin_leaf  ', dom), dom[:2000]
+    assert "<details class=\"stack\" open" not in dom  # (closed until clicked)
+    # A click on the first transient row's stack (#expand=TABLE:ROW clicks its summary): that
+    # stack opens, every frame in full, and only that one.
+    clicked = open_in_chromium(tmp_path, page, "#expand=transient:1")
+    table = re.search(r'<table class="sortable" id="transient">(.*?)</table>', clicked, re.S)
+    opened = re.findall(r'<details class="stack" open="">(.*?)</details>', clicked, re.S)
+    assert len(opened) == 1 and opened[0] in table.group(1), opened
+    summary, pre = re.fullmatch(r"<summary>(.*?)</summary><pre>(.*)</pre>", opened[0],
+                                re.S).groups()
+    shown = [x for x in pre.splitlines() if x]
+    first = report["transient"][0]  # (the table's rows in the report's order)
+    assert html.unescape(summary) == site_line_of(first), summary
+    assert [html.unescape(x) for x in shown] == [frame_text(f) for f in first["frames"]], shown
 
 
 def open_in_chromium(tmp_path, page, fragment: str = "") -> str:

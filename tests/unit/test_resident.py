@@ -25,11 +25,14 @@ def program(tmp_path):
 
 
 def test_parts_sum_to_smaps_and_name_what_they_are(program):
-    for _ in range(20):  # (until the process's memory held still while it was read)
-        before = resident.totals(program.pid)
-        parts = resident.parts(program.pid)
-        if resident.totals(program.pid) == before:
+    import time
+    for _ in range(100):  # (until the process's memory held still while it was read, and
+        before = resident.totals(program.pid)  # both workers sat in pause(): a thread's stack
+        parts = resident.parts(program.pid)    # pointer is read while it waits in a call)
+        workers = [p for p in parts if p.name.startswith("thread stack: worker (")]
+        if resident.totals(program.pid) == before and len(workers) == 2:
             break
+        time.sleep(0.05)
     for f in ("Rss", "Private_Dirty", "Swap"):
         assert sum(p.bytes[f] for p in parts) == before[f], f
     # smaps_rollup sums Pss before rounding each mapping's down to a kB
