@@ -100,6 +100,7 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
     """What the process's memory was made of as tracing began, before its first allocation:
     its largest resident parts, and the heap census's blocks and free space."""
     from .format import human_bytes
+    from .short_names import simplify
     out = []
     table = session.resident.get("attach") or []
     if table:
@@ -112,7 +113,7 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
     if c and c.get("problem"):
         out.append(f"no heap census: {c['problem']}")
     elif c:
-        named = ", ".join(f"{t['type']} {t['blocks']}" for t in c["by_type"][:types])
+        named = ", ".join(f"{simplify(t['type'])} {t['blocks']}" for t in c["by_type"][:types])
         free = sum(a["free_bytes"] for a in c["arenas"])
         out.append(f"held before attach: {c['live']['blocks']} live blocks, "
                    f"{human_bytes(c['live']['bytes'])}" + (f" ({named}, ...)" if named else "")

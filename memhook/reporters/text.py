@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import suppressions
 from ..format import duration_text, frame_text, human_bytes, one_line
 from ..format import leak_site as one_line_site
+from ..short_names import simplify
 
 
 def process_memory_text(pm: dict, explained: bool = False) -> str:
@@ -73,7 +74,13 @@ def _module(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def census_lines(census: dict | None, shown: int = 8) -> list[str]:
+def type_name(name: str, full_names: bool = False) -> str:
+    """A C++ type on one line: std::string for its alias, default arguments dropped
+    (short_names.simplify) unless `full_names`."""
+    return one_line(name if full_names else simplify(name))
+
+
+def census_lines(census: dict | None, shown: int = 8, full_names: bool = False) -> list[str]:
     """"Held before attach" (the census at attach: live blocks by C++ type and by size) and
     malloc's own share (free space per arena, fragmentation, what malloc_trim(0) returns, what
     pins each heap's top); at detach, the C++ types whose count grew."""
@@ -107,7 +114,7 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
         lines.append(head + "  C++ type (its vtable's module)")
         for t in at["by_type"][:shown]:
             lines.append(row(t["blocks"], t["bytes"], "by_type", ("type", t["type"]),
-                             f"{one_line(t['type'])} ({_module(t['module'])})"))
+                             f"{type_name(t['type'], full_names)} ({_module(t['module'])})"))
         lines.append(f"  {at['untyped']['blocks']:>10} {human_bytes(at['untyped']['bytes']):>10}"
                      + " " * (22 if freed else 0)
                      + "  without a vtable (C structs, strings, arrays)")
@@ -146,7 +153,7 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
             pin = h.get("top_pinned_by")
             if pin and a["main"]:
                 lines.append(f"  the main heap's top is held by a live block of {pin['size']} B" +
-                             (f" ({one_line(pin['type'])})" if pin["type"] else "") +
+                             (f" ({type_name(pin['type'], full_names)})" if pin["type"] else "") +
                              " (its address: JSON heap_census.attach.arenas[0].heaps)")
             if h["problem"]:
                 lines.append(f"  not walked: {one_line(h['problem'])}")
@@ -163,7 +170,7 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
             if pin and pin.get("frames"):
                 lines.append(f"  at detach, {'the main heap' if a['main'] else 'a thread heap'}'s "
                              f"top is held by a block of {pin['size']} B allocated in the "
-                             f"session" + (f" ({one_line(pin['type'])})" if pin["type"] else "")
+                             f"session" + (f" ({type_name(pin['type'], full_names)})" if pin["type"] else "")
                              + ":")
                 lines += [f"      {frame_text(f)}" for f in pin["frames"][:4]]
     grew = census.get("growing_types") or []
@@ -171,7 +178,7 @@ def census_lines(census: dict | None, shown: int = 8) -> list[str]:
         lines.append("C++ types with more live blocks at detach than at attach:")
         for t in grew[:shown]:
             lines.append(f"  {'+' + str(t['grown_blocks']):>10} {t['detach_blocks']:>10} blocks  "
-                         f"{one_line(t['type'])} ({_module(t['module'])})")
+                         f"{type_name(t['type'], full_names)} ({_module(t['module'])})")
     return lines
 
 
@@ -248,7 +255,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         lines.append("  process: " + process_memory_text(
             pm, explained=bool(report.get("resident_memory") and census_ok(report))))
     lines += resident_lines(report.get("resident_memory"))
-    lines += census_lines(report.get("heap_census"))
+    lines += census_lines(report.get("heap_census"), full_names=full_names)
     lines += allocator_stats_lines(report.get("allocator_stats"))
     lines += mapping_lines(report.get("mappings"), full_names=full_names)
     for m in report.get("unsymbolized_modules", []):

@@ -47,6 +47,21 @@ def test_types_are_demangled_and_one_row_per_type():
     assert rows["(anonymous namespace)::Local"]["module"] == "/lib/b.so"
 
 
+
+def test_type_rows_read_short_unless_full_names():
+    """The text's type rows are a one-line view: a std::vector of std::string reads so; with
+    --full-names, as demangled."""
+    from memhook.reporters.text import census_lines
+    mangled = b"St6vectorINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESaIS5_EE"
+    c = heap_census.summarize(raw([heap(0, 1000, 900)], [(0x10, mangled, 0, 5, 200)]),
+                              ["/bin/a"], 0.0)
+    full = c["by_type"][0]["type"]
+    assert full.startswith("std::vector<std::__cxx11::basic_string<char"), full
+    census = {"attach": c}
+    assert any("std::vector<std::string> (a)" in x for x in census_lines(census))
+    assert any(full[:90] in x for x in census_lines(census, full_names=True))  # (cut at 100)
+
+
 def test_resident_split_keeps_every_sum():
     """Heap and anonymous parts split by the census's resident bytes; each field of each part
     still sums to what it was, so the table still sums to smaps."""
