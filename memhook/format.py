@@ -4,6 +4,7 @@ The bottom of the package: it imports nothing of memhook's."""
 from __future__ import annotations
 
 import os
+import re
 
 
 def human_bytes(n: float) -> str:
@@ -12,6 +13,17 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """A size as people write it (1024, 64K, 2MiB, 1.5GiB; binary units), or None."""
+    m = SIZE.match(text)
+    if not m:
+        return None
+    return int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
 
 
 def duration_text(ns: float) -> str:

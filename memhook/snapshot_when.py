@@ -10,17 +10,16 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .format import human_bytes
+from .format import human_bytes, parse_size
 
 CGROUP_ROOT = "/sys/fs/cgroup"
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 
 
 def _size(text: str) -> int:
-    m = SIZE.match(text)
-    if not m:
+    size = parse_size(text)
+    if size is None:
         raise ValueError(f"invalid size {text!r} (examples: 512MiB, 2GiB)")
-    return int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
+    return size
 
 
 @dataclass

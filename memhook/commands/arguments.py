@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import re
+
+from ..format import parse_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 
 
 class UsageError(Exception):
@@ -13,10 +13,10 @@ class UsageError(Exception):
 
 
 def size_arg(text: str) -> int:
-    m = SIZE.match(text)
-    if not m:
+    size = parse_size(text)
+    if size is None:
         raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 1024, 64K, 2MiB)")
-    return int(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower())
+    return size
 
 
 def positive_float(text: str) -> float:
