@@ -25,7 +25,26 @@ RUNTIME_FUNCTIONS = (
     "vasprintf", "__vasprintf*", "getline", "getdelim", "__getdelim", "open_memstream",
     "je_*", "_rjem_*", "tc_*", "mi_*", "_mi_*", "tcmalloc::*", "__rust_alloc*",
     "__rust_realloc", "__rdl_*", "__rg_*", "alloc::*", "<alloc::*", "hashbrown::*",
-    "memhook_*")
+    "memhook_*") + (
+    # Allocation wrappers of well-known programs and libraries: the frame a person would fix
+    # is their caller (Redis's zmalloc.c, GNU's xmalloc, GLib, nginx's pools, PostgreSQL's
+    # memory contexts, SQLite, OpenSSL, MongoDB, CPython's allocator API, ClickHouse).
+    "zmalloc*", "zcalloc*", "zrealloc*", "ztrymalloc*", "ztrycalloc*", "ztryrealloc*",
+    "zstrdup", "xmalloc", "xcalloc", "xrealloc", "xzalloc", "xstrdup", "xstrndup", "xmemdup*",
+    "xnmalloc", "xnrealloc", "x2realloc", "x2nrealloc", "g_malloc*", "g_try_malloc*",
+    "g_realloc*", "g_try_realloc*", "g_slice_alloc*", "g_memdup*", "g_strdup", "g_strndup",
+    "ngx_alloc", "ngx_calloc", "ngx_memalign", "ngx_palloc*", "ngx_pnalloc", "ngx_pcalloc",
+    "ngx_pmemalign", "ngx_create_pool", "palloc", "palloc0", "palloc_extended", "repalloc*",
+    "pstrdup", "pnstrdup", "MemoryContextAlloc*", "AllocSetAlloc*", "AllocSetRealloc",
+    "AllocSetContextCreate*", "GenerationAlloc*", "SlabAlloc*", "sqlite3Malloc*",
+    "sqlite3MemMalloc", "sqlite3MemRealloc", "sqlite3Realloc", "sqlite3DbMalloc*",
+    "sqlite3DbRealloc*", "sqlite3_malloc*", "sqlite3_realloc*", "dbMallocRawFinish",
+    "CRYPTO_malloc", "CRYPTO_zalloc", "CRYPTO_realloc", "CRYPTO_clear_realloc",
+    "CRYPTO_strdup", "CRYPTO_strndup", "CRYPTO_memdup", "mongo::mongoMalloc",
+    "mongo::mongoRealloc", "PyMem_Malloc", "PyMem_Calloc", "PyMem_Realloc", "PyMem_Raw*alloc",
+    "PyObject_Malloc", "PyObject_Calloc", "PyObject_Realloc", "_PyMem_*", "_PyObject_Malloc",
+    "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_*", "Allocator<*>::alloc",
+    "Allocator<*>::realloc", "AllocatorWithMemoryTracking<*>::allocate")
 
 
 @dataclass(frozen=True)

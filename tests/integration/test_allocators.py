@@ -148,6 +148,12 @@ def test_allocator_statistics_read_inside_the_target(tmp_path, linked_jemalloc, 
     text = run_memhook("report", mh.capture).stdout
     assert re.search(r"^jemalloc's own statistics at detach \(linked_allocator\): allocated "
                      r"[\d.]+ \w+, active", text, re.M), text
+    # The census of glibc's heap is not taken, and the report says why.
+    for when in ("attach", "detach"):
+        assert report["heap_census"][when] == {"problem": "malloc is defined in linked_allocator"
+                                               ", not glibc: the heap census reads glibc's "
+                                               "malloc only"}, report["heap_census"]
+    assert "no heap census (malloc is defined in linked_allocator, not glibc" in text, text
     assert target.finish() == 0
 
 

@@ -37,6 +37,13 @@ def test_leaks_through_std_and_libc_are_named_by_the_programs_function(tmp_path)
     header = next(line for line in text.splitlines() if line.startswith("#") and
                   "keep_strdup" in line)
     assert ": keep_strdup" in header and "(via " in header, header
+    # A program's own wrapper of malloc, named as Redis names it: its caller is attributed.
+    wrapped = [s for s in named.get("keep_zmalloc", [])]
+    assert len(wrapped) == 1 and wrapped[0]["outstanding_bytes"] == 7 * 300, sorted(named)
+    assert wrapped[0]["frames"][wrapped[0]["attributed_frame"] - 1]["function"] == "zmalloc"
+    header = next(line for line in text.splitlines() if line.startswith("#") and
+                  "keep_zmalloc" in line)
+    assert ": keep_zmalloc  " in header and header.endswith("(via zmalloc)"), header
     # --runtime-function moves the attribution: the keep_* functions counted as runtime too
     rep = json.loads(run_memhook("report", mh.capture, "--format", "json",
                                  "--runtime-function", "keep_*").stdout)

@@ -2,7 +2,10 @@
  * std::vector growth (keep_vector), std::map insertion (keep_map), std::make_shared
  * (keep_shared) and strdup (keep_strdup), each from its own function; the allocating frames
  * are libstdc++'s, libc's or inlined std:: code, so the frame a person would fix is the
- * keep_* function. Built with -O2 (std:: code inlined into them). */
+ * keep_* function. Built with -O2 (std:: code inlined into them). And through a program's
+ * own allocation wrapper as Redis has one (zmalloc, counting what it hands out): the frame to
+ * fix is keep_zmalloc, its caller. */
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -34,6 +37,16 @@ NOINLINE static void keep_strdup(int n) {
   for (int i = 0; i < n; i++) copies.push_back(strdup("a string kept forever"));
 }
 
+static size_t used_memory;
+extern "C" NOINLINE void* zmalloc(size_t size) {
+  void* p = malloc(size);
+  used_memory += size;  // (work after the call: no tail call, zmalloc stays on the stack)
+  return p;
+}
+NOINLINE static void keep_zmalloc(int n) {
+  for (int i = 0; i < n; i++) copies.push_back(static_cast<char*>(zmalloc(300)));
+}
+
 int main() {
   char cmd[64];
   shared.reserve(64);
@@ -45,6 +58,7 @@ int main() {
       keep_map(10);
       keep_shared(10);
       keep_strdup(10);
+      keep_zmalloc(7);
     }
     harness_done();
   }

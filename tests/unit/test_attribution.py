@@ -60,6 +60,20 @@ def test_attributed_frame():
     assert attribution.attributed(all_runtime) == 0
     unknown_in_program = [f(None, "/opt/app/app"), f("main")]
     assert attribution.attributed(unknown_in_program) == 0
+    # Allocation wrappers of known programs: their callers (Redis through zmalloc, GLib,
+    # PostgreSQL's palloc, ClickHouse's Allocator<>), not a program function called malloc_x.
+    redis = [f("zmalloc_usable", "/usr/bin/redis-server"), f("_sdsnewlen"), f("main")]
+    assert attribution.attributed(redis) == 1
+    glib = [f("g_malloc", "/usr/lib/libglib-2.0.so.0"), f("g_strdup", "/usr/lib/libglib-2.0.so.0"),
+            f("load_config"), f("main")]
+    assert attribution.attributed(glib) == 2
+    postgres = [f("AllocSetAlloc"), f("palloc"), f("pstrdup"), f("ExecInitNode")]
+    assert attribution.attributed(postgres) == 3
+    clickhouse = [f("Allocator<false, false>::alloc(unsigned long, unsigned long)"),
+                  f("DB::PODArrayBase<1ul, 4096ul, Allocator<false, false>, 63ul, 64ul>::"
+                    "realloc<>(unsigned long)")]
+    assert attribution.attributed(clickhouse) == 1
+    assert attribution.attributed([f("xmalloc_table"), f("main")]) == 0
     mine = attribution.Rules.with_user(functions=["remember_*"], modules=["app"])
     assert attribution.attributed(through_libstdcxx, mine) == 0  # all runtime now
 
