@@ -101,12 +101,18 @@ def leak_site(r: dict, rules=None, full_names: bool = False, width: int | None =
 def distinct_labels(stacks: list, width: int = 40) -> list[str]:
     """A label per stack (frames, call site first) that tells it from the others: its
     attributed frame (the leak's own, attribution.py) in its short name, and where another
-    stack shares that, the first frame where the two part ("leaf ← … ← caller"). Stacks alike
-    to the last name get their rank."""
+    stack shares that, the first frame where the two part ("leaf ← … ← caller"); stacks alike
+    from there up, by the runtime function each called ("leaf (via std::string::append)", or
+    "leaf" for the one that called none).
+    Stacks alike in both get their rank."""
     from .attribution import attributed
     from .short_names import short
-    names = [[short(f["function"]) if f.get("function") else frame_name(f)
-              for f in s[attributed(s):]] for s in stacks]
+
+    def name(f):
+        return short(f["function"]) if f.get("function") else frame_name(f)
+    starts = [attributed(s) for s in stacks]
+    names = [[name(f) for f in s[at:]] for s, at in zip(stacks, starts)]
+    via = [name(s[at - 1]) if at > 0 else None for s, at in zip(stacks, starts)]
 
     def cut(name: str) -> str:
         return name if len(name) <= width else name[:width - 1] + "…"
@@ -122,6 +128,8 @@ def distinct_labels(stacks: list, width: int = 40) -> list[str]:
             labels.append(cut(s[0]))
         elif shared < len(s):
             labels.append(f"{cut(s[0])} ← {'… ← ' if shared > 1 else ''}{cut(s[shared])}")
+        elif not any(o == s and via[j] == via[i] for j, o in enumerate(names) if j != i):
+            labels.append(cut(s[0]) + (f" (via {cut(via[i])})" if via[i] else ""))
         else:
             labels.append(f"{cut(s[0])} (stack {i + 1})")
     return labels

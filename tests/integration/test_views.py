@@ -110,6 +110,13 @@ def test_distinct_labels():
                             anon, stack("same"), stack("same")]) == [
         "leaf ← … ← a", "leaf ← … ← b", "other", "leaf2 ← x", "leaf2 ← y", "lib.so+0x2a",
         "same (stack 7)", "same (stack 8)"]
+    # Alike from the leak's own frame up, told apart by the runtime function each called.
+    libc = [{"function": "malloc", "module": "/lib/libc.so.6", "offset": 1, "address": "0x1"}]
+    new = [{"function": "operator new(unsigned long)", "module": "/lib/libstdc++.so.6",
+            "offset": 1, "address": "0x1"}]
+    assert distinct_labels([libc + stack("keep", "main"), new + stack("keep", "main"),
+                            new + stack("keep", "main"), stack("keep", "main")]) == [
+        "keep (via malloc)", "keep (stack 2)", "keep (stack 3)", "keep"]
 
 
 def test_html_page_in_headless_chromium(tmp_path, targets):
