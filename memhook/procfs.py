@@ -56,6 +56,13 @@ def state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
+def tgid(tid: int) -> int:
+    """The process a thread belongs to (a vfork child: its own, though it runs in its
+    parent's memory)."""
+    with open(f"/proc/{tid}/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("Tgid:")))
+
+
 def process_info(pid: int) -> ProcessInfo:
     if not os.path.isdir(f"/proc/{pid}"):
         raise TargetError(f"no process with PID {pid}")

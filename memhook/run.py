@@ -247,6 +247,10 @@ class Run:
             if not tid:
                 continue
             pid = m.session.pid
+            try:  # (a vfork child announces in its parent's memory: its exec is its own)
+                pid = procfs.tgid(tid)
+            except (OSError, StopIteration, ValueError):
+                pass
             try:
                 held = startup.follow_exec(tid, pid, m.session.consumer)
             except (OSError, TargetError) as e:
@@ -256,7 +260,8 @@ class Run:
                 continue
             if not held:
                 continue
-            self.end(m, "target exec'd another program")
+            if pid == m.session.pid:  # (the program itself became another; a vfork child's
+                self.end(m, "target exec'd another program")  # parent goes on)
             try:
                 self.attach(pid, launched=True)
             finally:

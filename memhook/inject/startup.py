@@ -140,23 +140,30 @@ def _hold(pid: int, proc: subprocess.Popen | None) -> int:
     mask = (1 << 8 * len(ARCH.breakpoint_insn)) - 1
     trapped = (word & ~mask) | insn
     ptrace(PTRACE_POKEDATA, pid, bp, trapped)
-    while True:
-        _run_to_trap(pid, proc, PTRACE_CONT)
-        regs = _regs(pid)
-        if regs[ARCH.regs_pc] != bp + len(ARCH.breakpoint_insn):
-            continue
-        regs[ARCH.regs_pc] = bp
-        ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
-        with procfs.Memory(pid) as mem:  # (musl's pointer is relocated by now, not at exec)
-            r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else \
-                base + found["_r_debug"]
-            state = mem.u32(r_debug + R_STATE_OFFSET)
-        if state == RT_CONSISTENT and (musl or _libc_mapped(pid)):
-            break
-        # An earlier call (RT_ADD): step over the real instruction, then trap again.
-        ptrace(PTRACE_POKEDATA, pid, bp, word)
-        _run_to_trap(pid, proc, PTRACE_SINGLESTEP)
-        ptrace(PTRACE_POKEDATA, pid, bp, trapped)
+    try:
+        while True:
+            _run_to_trap(pid, proc, PTRACE_CONT)
+            regs = _regs(pid)
+            if regs[ARCH.regs_pc] != bp + len(ARCH.breakpoint_insn):
+                continue
+            regs[ARCH.regs_pc] = bp
+            ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
+            with procfs.Memory(pid) as mem:  # (musl's pointer is relocated by now, not at exec)
+                r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else \
+                    base + found["_r_debug"]
+                state = mem.u32(r_debug + R_STATE_OFFSET)
+            if state == RT_CONSISTENT and (musl or _libc_mapped(pid)):
+                break
+            # An earlier call (RT_ADD): step over the real instruction, then trap again.
+            ptrace(PTRACE_POKEDATA, pid, bp, word)
+            _run_to_trap(pid, proc, PTRACE_SINGLESTEP)
+            ptrace(PTRACE_POKEDATA, pid, bp, trapped)
+    except (OSError, TargetError):  # (never left behind in a program that runs on)
+        try:
+            ptrace(PTRACE_POKEDATA, pid, bp, word)
+        except OSError:
+            pass
+        raise
     ptrace(PTRACE_POKEDATA, pid, bp, word)
     ptrace(PTRACE_DETACH, pid, 0, signal.SIGSTOP)
     if proc is None:  # (not memhook's child: its stop is seen in /proc)
@@ -219,12 +226,19 @@ def follow_exec(tid: int, pid: int, consumer) -> bool:
         _hold(pid, None)
     except ProgramEnded:
         return False
+    except (OSError, TargetError):  # (a static program, a loader memhook cannot read...):
+        _let_go(pid, stopped=True)   # it runs on, untraced
+        raise
     return True
 
 
-def _let_go(tid: int) -> None:
-    """Stop being the tracer of a thread that runs on (an exec that failed)."""
+def _let_go(tid: int, stopped: bool = False) -> None:
+    """Stop being the tracer of a thread that runs on (an exec that failed; a program memhook
+    could not hold, `stopped` in a ptrace stop)."""
     try:
+        if stopped:
+            ptrace(PTRACE_DETACH, tid)
+            return
         ptrace(PTRACE_INTERRUPT, tid)
         while True:
             _, status = os.waitpid(tid, WALL)
