@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import capture, elf, procfs, reporters, snapshot_when, suppressions
+from . import _native, capture, elf, procfs, reporters, snapshot_when, suppressions
 from .reporters import model
 from .format import one_line
 from .live_view import LiveView
@@ -246,6 +246,9 @@ class Run:
             tid = m.session.consumer.exec_announced()
             if not tid:
                 continue
+            if m.session.consumer.exec_state() == _native.SPAWN_ANNOUNCED:
+                self.follow_spawn(m, tid)
+                continue
             pid = m.session.pid
             try:  # (a vfork child announces in its parent's memory: its exec is its own)
                 pid = procfs.tgid(tid)
@@ -266,6 +269,22 @@ class Run:
                 self.attach(pid, launched=True)
             finally:
                 os.kill(pid, signal.SIGCONT)
+
+    def follow_spawn(self, m: Member, tid: int) -> None:
+        """--follow-fork: a program started by posix_spawn, system or popen: held at its
+        loader's end (inject/startup.py), attached to, then let go."""
+        from .inject import startup
+        try:
+            child = startup.follow_spawn(tid, m.session.consumer)
+        except (OSError, TargetError) as e:
+            print(f"memhook: not following the program PID {m.session.pid} started: {e}",
+                  file=sys.stderr, flush=True)
+            return
+        if child:
+            try:
+                self.attach(child, launched=True)
+            finally:
+                os.kill(child, signal.SIGCONT)
 
     def discover(self, name: str) -> None:
         for pid in procfs.pids_named(name):

@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 16;
+constexpr uint32_t kVersion = 17;
 constexpr int kMaxHooks = 128;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -168,7 +168,12 @@ struct alignas(64) Control {
   uint32_t exec_state;
 };
 
-enum ExecState : uint32_t { kExecNone = 0, kExecAnnounced = 1, kExecGo = 2, kExecFailed = 3 };
+// kSpawnAnnounced: a thread about to start a program in a child (posix_spawn, system, popen:
+// libc's own clone and exec, which no slot reaches); memhook traces the thread until the child
+// is created (PTRACE_O_TRACEVFORK, TRACEFORK), then follows the child's exec.
+enum ExecState : uint32_t {
+  kExecNone = 0, kExecAnnounced = 1, kExecGo = 2, kExecFailed = 3, kSpawnAnnounced = 4
+};
 
 // Producer and consumer fields live on separate cache lines; only the owning thread writes the
 // producer line, only the consumer writes `read`.

@@ -548,6 +548,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("MODE_OFF") = (int)kOff;
   m.attr("EXEC_FAILED") = (int)kExecFailed;
+  m.attr("SPAWN_ANNOUNCED") = (int)kSpawnAnnounced;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
       .def(py::init<int>(), py::arg("segment_fd"))

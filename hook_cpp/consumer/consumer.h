@@ -206,8 +206,9 @@ class Consumer {
     return out;
   }
   // A thread about to exec (following.h): its tid while it waits for memhook, else 0.
-  int32_t exec_announced() const {
-    return __atomic_load_n(&ctl_->exec_state, __ATOMIC_ACQUIRE) == kExecAnnounced
+  int32_t exec_announced() const {  // an exec or a spawn (exec_state() says which)
+    const uint32_t state = __atomic_load_n(&ctl_->exec_state, __ATOMIC_ACQUIRE);
+    return state == kExecAnnounced || state == kSpawnAnnounced
                ? __atomic_load_n(&ctl_->exec_tid, __ATOMIC_ACQUIRE)
                : 0;
   }

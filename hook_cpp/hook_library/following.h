@@ -55,8 +55,11 @@ void forked_child() {
 // An exec under --follow-fork: this thread announces itself and waits until memhook is its
 // tracer (it then sees the exec, and holds the new program where its loader is done), then
 // execs. An exec that fails says so and waits until memhook has let go of the thread.
+// A program started in a child by libc itself (posix_spawn, system, popen) likewise: memhook
+// traces this thread until the child exists, then lets go of it (exec_tid cleared) and
+// follows the child. A call that fails before the child exists says so as an exec does.
 template <class Exec>
-int exec_followed(Exec real_exec) {
+auto exec_followed(Exec real_exec, ExecState announced = kExecAnnounced) {
   Control* c = g_ctl;
   int32_t self = 0;
   if (active() && following(c)) {
@@ -64,7 +67,7 @@ int exec_followed(Exec real_exec) {
     int32_t none = 0;
     if (__atomic_compare_exchange_n(&c->exec_tid, &none, tid, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE)) {
-      __atomic_store_n(&c->exec_state, (uint32_t)kExecAnnounced, __ATOMIC_RELEASE);
+      __atomic_store_n(&c->exec_state, (uint32_t)announced, __ATOMIC_RELEASE);
       if (wait_for_memhook(c, [&] {
             return __atomic_load_n(&c->exec_state, __ATOMIC_ACQUIRE) == kExecGo;
           })) {
@@ -75,8 +78,8 @@ int exec_followed(Exec real_exec) {
       }
     }
   }
-  const int rc = real_exec();
-  if (self) {
+  const auto rc = real_exec();
+  if (self && __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) == self) {
     const int saved = errno;
     __atomic_store_n(&c->exec_state, (uint32_t)kExecFailed, __ATOMIC_RELEASE);
     wait_for_memhook(c, [&] { return __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) != self; });
@@ -102,4 +105,21 @@ extern "C" __attribute__((visibility("default"))) int memhook_hook_execvp(const 
 extern "C" __attribute__((visibility("default"))) int memhook_hook_execvpe(
     const char* f, char* const* a, char* const* e) {
   return exec_followed([&] { return REAL(execvpe)(f, a, e); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_posix_spawn(
+    pid_t* p, const char* f, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+    char* const* a, char* const* e) {
+  return exec_followed([&] { return REAL(posix_spawn)(p, f, fa, at, a, e); }, kSpawnAnnounced);
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_posix_spawnp(
+    pid_t* p, const char* f, const posix_spawn_file_actions_t* fa, const posix_spawnattr_t* at,
+    char* const* a, char* const* e) {
+  return exec_followed([&] { return REAL(posix_spawnp)(p, f, fa, at, a, e); }, kSpawnAnnounced);
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_system(const char* c) {
+  return exec_followed([&] { return REAL(system)(c); }, kSpawnAnnounced);
+}
+extern "C" __attribute__((visibility("default"))) FILE* memhook_hook_popen(const char* c,
+                                                                          const char* m) {
+  return exec_followed([&] { return REAL(popen)(c, m); }, kSpawnAnnounced);
 }

@@ -2,6 +2,9 @@
 // types and addresses, and their ELF names for patching libraries loaded later.
 #pragma once
 
+#include <spawn.h>  // (the rows' types: posix_spawn's, popen's FILE)
+#include <stdio.h>
+
 namespace {
 
 enum HookId : int {

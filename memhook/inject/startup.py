@@ -27,12 +27,16 @@ from ..procfs import TargetError
 
 PTRACE_TRACEME, PTRACE_PEEKDATA, PTRACE_POKEDATA = 0, 2, 5
 PTRACE_CONT, PTRACE_SINGLESTEP, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 9, 12, 13, 17
-PTRACE_SETOPTIONS, PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4200, 0x4206, 0x4207
-PTRACE_O_TRACEEXEC, PTRACE_O_EXITKILL = 0x10, 0x100000
-PTRACE_EVENT_EXEC = 4
+PTRACE_SETOPTIONS, PTRACE_GETEVENTMSG, PTRACE_SEIZE, PTRACE_INTERRUPT = \
+    0x4200, 0x4201, 0x4206, 0x4207
+PTRACE_O_TRACEFORK, PTRACE_O_TRACEVFORK, PTRACE_O_TRACEEXEC, PTRACE_O_EXITKILL = \
+    0x2, 0x4, 0x10, 0x100000
+PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK, PTRACE_EVENT_EXEC = 1, 2, 4
 WALL = 0x40000000    # waitpid's __WALL: a tracee that is not memhook's child, or not a leader
 EXEC_WAIT_S = 30.0   # the hook library's own limit (kForkWaitNs): then it execs untraced
 AT_BASE = 7          # the auxiliary vector's entry for the interpreter's load address
+AT_ENTRY = 9         # ... for the program's entry point
+DT_NULL, DT_NEEDED, DT_INIT, DT_INIT_ARRAY, DT_INIT_ARRAYSZ = 0, 1, 12, 25, 27
 RT_CONSISTENT = 0    # r_debug.r_state: the link map is complete
 R_STATE_OFFSET = 24  # in glibc's struct r_debug and musl's struct debug alike
 ARCH = X86_64
@@ -118,14 +122,22 @@ def _libc_mapped(pid: int) -> bool:
 
 
 def hold_before_constructors(proc: subprocess.Popen) -> int:
-    """Run the started program until its loader is done, then leave it stopped there, no longer
-    traced. Returns where it is held (the loader's _dl_debug_state)."""
+    """Run the started program until its libraries are loaded and libc is initialized, then
+    leave it stopped there, no longer traced, before any other constructor. Returns where it
+    is held."""
     return _hold(proc.pid, proc)
 
 
 def _hold(pid: int, proc: subprocess.Popen | None) -> int:
     """hold_before_constructors() of a program memhook traces, started by it (`proc`) or caught
-    at its exec (--follow-fork: not memhook's child)."""
+    at its exec (--follow-fork: not memhook's child).
+
+    First to the loader's _dl_debug_state() with the link map complete (RT_CONSISTENT): every
+    initial library mapped and relocated. Under glibc, then on to the first constructor after
+    libc's own, or the program's entry point: loading memhook's library there would run libc's
+    constructor early, with the argument count, arguments and environment libc has not saved
+    yet (dlopen passes libc's copies), and the program would run with no environment. musl's
+    loader sets the environment itself before that point and has no constructor of its own."""
     base, path = _loader(pid)
     # glibc's loader exports its r_debug; musl's (its libc) a pointer to its own
     found = elf.defined_symbols(path, {"_dl_debug_state", "_r_debug", "_dl_debug_addr"})
@@ -135,46 +147,95 @@ def _hold(pid: int, proc: subprocess.Popen | None) -> int:
                           "_dl_debug_addr beside _dl_debug_state: memhook cannot tell when it "
                           "is done")
     bp = base + found["_dl_debug_state"]
-    word = ptrace(PTRACE_PEEKDATA, pid, bp) & 0xFFFFFFFFFFFFFFFF
-    insn = int.from_bytes(ARCH.breakpoint_insn, "little")
-    mask = (1 << 8 * len(ARCH.breakpoint_insn)) - 1
-    trapped = (word & ~mask) | insn
-    ptrace(PTRACE_POKEDATA, pid, bp, trapped)
-    try:
-        while True:
-            _run_to_trap(pid, proc, PTRACE_CONT)
-            regs = _regs(pid)
-            if regs[ARCH.regs_pc] != bp + len(ARCH.breakpoint_insn):
-                continue
-            regs[ARCH.regs_pc] = bp
-            ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
-            with procfs.Memory(pid) as mem:  # (musl's pointer is relocated by now, not at exec)
-                r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else \
-                    base + found["_r_debug"]
-                state = mem.u32(r_debug + R_STATE_OFFSET)
-            if state == RT_CONSISTENT and (musl or _libc_mapped(pid)):
-                break
-            # An earlier call (RT_ADD): step over the real instruction, then trap again.
-            ptrace(PTRACE_POKEDATA, pid, bp, word)
-            _run_to_trap(pid, proc, PTRACE_SINGLESTEP)
-            ptrace(PTRACE_POKEDATA, pid, bp, trapped)
-    except (OSError, TargetError):  # (never left behind in a program that runs on)
-        try:
-            ptrace(PTRACE_POKEDATA, pid, bp, word)
-        except OSError:
-            pass
-        raise
-    ptrace(PTRACE_POKEDATA, pid, bp, word)
+
+    def consistent() -> bool:
+        with procfs.Memory(pid) as mem:  # (musl's pointer is relocated by now, not at exec)
+            r_debug = mem.u64(base + found["_dl_debug_addr"]) if musl else \
+                base + found["_r_debug"]
+            return mem.u32(r_debug + R_STATE_OFFSET) == RT_CONSISTENT and (
+                musl or _libc_mapped(pid))
+    held = _run_to(pid, proc, [bp], until=consistent)
+    if not musl:
+        held = _run_to(pid, proc, _constructors_after_libc(pid, base + found["_r_debug"]))
     ptrace(PTRACE_DETACH, pid, 0, signal.SIGSTOP)
     if proc is None:  # (not memhook's child: its stop is seen in /proc)
         deadline = time.monotonic() + 5
         while procfs.state(pid) not in "tT" and time.monotonic() < deadline:
             time.sleep(0.001)
-        return bp
+        return held
     _, status = os.waitpid(pid, os.WUNTRACED)  # stopped: no longer traced, not yet running
     if not os.WIFSTOPPED(status):
         _ended(proc, status, "as memhook let it go")
-    return bp
+    return held
+
+
+def _constructors_after_libc(pid: int, r_debug: int) -> list[int]:
+    """Where the program may run next once libc's constructor is done: every other library's
+    constructors (DT_INIT, DT_INIT_ARRAY) and the executable's, and its entry point. A library
+    that needs none (the loader, the vdso) is left out: its constructors may run before libc's."""
+    addrs = {_auxv(pid).get(AT_ENTRY, 0)}
+    code = [(m.start, m.end) for m in procfs.read_maps(pid) if "x" in m.perms]
+    with procfs.Memory(pid) as mem:
+        lm, n = mem.u64(r_debug + 8), 0
+        while lm and n < 4096:
+            l_addr, l_name, l_ld, lm = (mem.u64(lm + o) for o in (0, 8, 16, 24))
+            n += 1
+            if not l_ld or (l_name and elf.is_libc(mem.cstring(l_name))):
+                continue
+            dyn, at = {}, l_ld
+            for _ in range(512):
+                tag, val = mem.u64(at), mem.u64(at + 8)
+                if tag == DT_NULL:
+                    break
+                dyn.setdefault(tag, val)
+                at += 16
+            if DT_NEEDED not in dyn:
+                continue
+            if DT_INIT in dyn:
+                addrs.add(l_addr + dyn[DT_INIT])
+            if DT_INIT_ARRAY in dyn:
+                array = l_addr + dyn[DT_INIT_ARRAY]
+                addrs.update(mem.u64(array + 8 * i)
+                             for i in range(min(dyn.get(DT_INIT_ARRAYSZ, 0) // 8, 4096)))
+    return sorted(a for a in addrs if any(lo <= a < hi for lo, hi in code))
+
+
+def _run_to(pid: int, proc: subprocess.Popen | None, addrs: list[int], until=None) -> int:
+    """Breakpoints at `addrs`; run until one is reached (and `until()` holds there: else step
+    over it and go on); every original byte put back, the program stopped at that address, still
+    traced. Returns it. On any error the original bytes are put back too."""
+    if not addrs:
+        raise TargetError("memhook found nowhere to hold the program before its constructors")
+    insn = int.from_bytes(ARCH.breakpoint_insn, "little")
+    mask = (1 << 8 * len(ARCH.breakpoint_insn)) - 1
+    saved = []  # (addr, word): put back in reverse (two addresses may share a word)
+    try:
+        for a in addrs:
+            word = ptrace(PTRACE_PEEKDATA, pid, a) & 0xFFFFFFFFFFFFFFFF
+            saved.append((a, word))
+            ptrace(PTRACE_POKEDATA, pid, a, (word & ~mask) | insn)
+        while True:
+            _run_to_trap(pid, proc, PTRACE_CONT)
+            regs = _regs(pid)
+            at = regs[ARCH.regs_pc] - len(ARCH.breakpoint_insn)
+            if at not in addrs:
+                continue
+            regs[ARCH.regs_pc] = at
+            ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
+            if until is None or until():
+                return at
+            # Not yet (an earlier RT_ADD call): step over the real instruction, then trap again.
+            word = dict(saved)[at]
+            trapped = ptrace(PTRACE_PEEKDATA, pid, at) & 0xFFFFFFFFFFFFFFFF
+            ptrace(PTRACE_POKEDATA, pid, at, (trapped & ~mask) | (word & mask))
+            _run_to_trap(pid, proc, PTRACE_SINGLESTEP)
+            ptrace(PTRACE_POKEDATA, pid, at, trapped)
+    finally:  # (never left behind in a program that runs on)
+        for a, word in reversed(saved):
+            try:
+                ptrace(PTRACE_POKEDATA, pid, a, word)
+            except OSError:
+                pass
 
 
 def _run_to_trap(pid: int, proc: subprocess.Popen | None, request: int) -> None:
@@ -230,6 +291,56 @@ def follow_exec(tid: int, pid: int, consumer) -> bool:
         _let_go(pid, stopped=True)   # it runs on, untraced
         raise
     return True
+
+
+def follow_spawn(tid: int, consumer) -> int | None:
+    """--follow-fork: thread `tid` announced that libc is about to start a program in a child
+    (posix_spawn, system, popen: libc's own clone and exec, which no slot reaches). Trace the
+    thread until the child exists (traced from its first instruction: PTRACE_O_TRACEVFORK,
+    TRACEFORK), let go of the thread, run the child to its exec, and hold the new program where
+    its loader is done. Its PID; or None: the call failed before a child existed, or the child
+    ended without exec. A child memhook cannot hold is let go (and the error raised)."""
+    ptrace(PTRACE_SEIZE, tid, 0, PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC)
+    consumer.exec_go()
+    deadline = time.monotonic() + EXEC_WAIT_S
+    child = None
+    try:
+        while child is None:
+            got, status = os.waitpid(tid, os.WNOHANG | WALL)
+            if got == 0:
+                if consumer.exec_state() == _native.EXEC_FAILED or time.monotonic() > deadline:
+                    _let_go(tid)
+                    return None
+                time.sleep(0.001)
+                continue
+            if not os.WIFSTOPPED(status):
+                return None  # (its process ended)
+            event = status >> 16
+            if event in (PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK):
+                msg = ctypes.c_ulong()
+                ptrace(PTRACE_GETEVENTMSG, tid, 0, ctypes.addressof(msg))
+                child = msg.value
+                _let_go(tid, stopped=True)
+            else:
+                ptrace(PTRACE_CONT, tid, 0, os.WSTOPSIG(status) if event == 0 else 0)
+    finally:
+        consumer.exec_done()
+    try:
+        while True:  # the child, from its first stop (of its own) to its exec
+            _, status = os.waitpid(child, WALL)
+            if not os.WIFSTOPPED(status):
+                return None  # (its exec failed: it exited)
+            event, signo = status >> 16, os.WSTOPSIG(status)
+            if event == PTRACE_EVENT_EXEC:
+                break
+            ptrace(PTRACE_CONT, child, 0, signo if event == 0 and signo != signal.SIGSTOP else 0)
+        _hold(child, None)
+    except ProgramEnded:
+        return None
+    except (OSError, TargetError):
+        _let_go(child, stopped=True)
+        raise
+    return child
 
 
 def _let_go(tid: int, stopped: bool = False) -> None:

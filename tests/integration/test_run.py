@@ -255,6 +255,42 @@ def test_follow_fork_traces_an_exec_from_its_constructors(tmp_path, launched):
     assert (ctor["outstanding_bytes"], ctor["outstanding_count"]) == (2222, 2)
 
 
+@pytest.mark.parametrize("way", ["vfork", "spawn", "system", "popen"])
+def test_follow_fork_traces_programs_started_every_way(tmp_path, launched, way):
+    """--follow-fork: a program started by vfork and execv (as Python's subprocess and dash
+    do), posix_spawn, system() or popen() (libc's own clone and exec, which no slot reaches) is
+    caught at its loader's end: its constructor's and main's allocations exact; the program
+    that started it goes on traced (system and popen: through the shell they start)."""
+    proc, rep = memhook_run(tmp_path, launched, way, options=["--follow-fork"])
+    assert proc.returncode == 0, proc.stderr
+    assert "not following" not in proc.stderr, proc.stderr
+    after = site(rep, "leak_after_exec")
+    assert (after["outstanding_bytes"], after["outstanding_count"]) == (3600, 6), rep["processes"]
+    ctor = site(rep, "allocate_in_ctor")
+    assert (ctor["outstanding_bytes"], ctor["outstanding_count"]) == (2222, 2)
+    commands = [p["command"] for p in rep["processes"]]
+    assert sum(c.endswith(" exec-child") and not c.startswith("sh ") for c in commands) == 1, \
+        commands
+    assert f"{launched} {way}" in commands, commands
+
+
+def test_the_program_has_its_environment(tmp_path, launched):
+    """The program memhook run starts sees the environment and arguments it would see without
+    memhook (memhook's library is loaded after libc has saved them, not before), and a shell
+    that vforks to run a command works."""
+    env = {**os.environ, "MEMHOOK_TEST_ENV": "kept through memhook run"}
+    proc = subprocess.run(memhook_cmd("run", "--no-live", "--", launched, "env",
+                                      "MEMHOOK_TEST_ENV"),
+                          capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "MEMHOOK_TEST_ENV=kept through memhook run\nenviron\n", proc.stdout
+    shell = subprocess.run(memhook_cmd("run", "--no-live", "--", "sh", "-c",
+                                       f"'{launched}' exec-child; echo $MEMHOOK_TEST_ENV"),
+                           capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert shell.returncode == 0, shell.stderr[-2000:]
+    assert shell.stdout == "kept through memhook run\n", shell.stdout
+
+
 def test_a_program_shorter_than_one_interval_is_drawn(tmp_path, launched):
     """A program that ends within memhook's first interval leaves one tick, taken at its exit:
     the over-time plot draws the session from attach (nothing outstanding) to that tick, and

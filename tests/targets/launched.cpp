@@ -10,14 +10,19 @@
  *            leak_in_child at once and exits 0; the parent waits for it and exits 0
  *   exec     fork; the child execs this program again with "exec-child"; wait for it, exit 0
  *   exec-child  keep 6 x 600 bytes in leak_after_exec, exit 0
+ *   vfork, spawn, system, popen  start this program with "exec-child" that way (vfork and
+ *            execv; posix_spawn; system(); popen() and read it to its end), wait, exit 0
+ *   env NAME print "NAME=value" (getenv) and "environ" if environ is set, exit 0
  *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
  *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
 #include <csignal>
 #include <iostream>
+#include <string>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctype.h>
+#include <spawn.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,6 +128,38 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(child, &status, 0);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  char* const again[] = {argv[0], (char*)"exec-child", nullptr};
+  std::string command = std::string("'") + argv[0] + "' exec-child";
+  if (!strcmp(mode, "vfork")) {
+    pid_t child = vfork();
+    if (child == 0) {
+      execv(argv[0], again);
+      _exit(96);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  if (!strcmp(mode, "spawn")) {
+    pid_t child = 0;
+    if (posix_spawn(&child, argv[0], nullptr, nullptr, again, environ) != 0) return 95;
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  if (!strcmp(mode, "system")) return system(command.c_str()) == 0 ? 0 : 97;
+  if (!strcmp(mode, "popen")) {
+    FILE* f = popen(command.c_str(), "r");
+    if (!f) return 95;
+    char buf[256];
+    while (fgets(buf, sizeof buf, f)) fputs(buf, stdout);
+    return pclose(f) == 0 ? 0 : 97;
+  }
+  if (!strcmp(mode, "env") && argc > 2) {
+    const char* v = getenv(argv[2]);
+    printf("%s=%s\n%s\n", argv[2], v ? v : "(unset)", environ ? "environ" : "no environ");
+    return 0;
   }
   if (!strcmp(mode, "exec-child")) {
     leak_after_exec();
