@@ -356,8 +356,9 @@ class Session:
         consumer matches the frees of pointers it never saw allocated to them."""
         if not self.options.heap_census or (self.launched and when == "attach"):
             return  # (a program held before its constructors has allocated nothing)
-        other = next((f for f in self.allocators if f.family == allocators.FAMILIES[0][0]
-                      and "malloc" in f.names), None)
+        skipped = {path for path, _ in self.skipped_objects}  # (older loaders define a malloc
+        other = next((f for f in self.allocators if f.family == allocators.FAMILIES[0][0]  # of
+                      and "malloc" in f.names and f.path not in skipped), None)  # their own)
         if other is not None:  # (glibc's arenas then hold only what the loader allocated)
             self.census[when] = {"problem": f"malloc is defined in {os.path.basename(other.path)}"
                                  ", not glibc: the heap census reads glibc's malloc only"}

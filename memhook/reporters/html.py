@@ -211,6 +211,27 @@ TABLES = (
 )
 
 
+def _snapshots_html(snaps: list | None) -> list[str]:
+    """The snapshots the capture holds (SIGUSR1, memhook snapshot, --snapshot-when), and how to
+    report on one."""
+    if not snaps:
+        return []
+    rows = "".join(f"<tr><td class='num' data-v='{x['number']}'>{x['number']}</td>"
+                   f"<td class='num' data-v='{x['time_s']}'>{x['time_s']:.3f} s</td>"
+                   f"<td>{html.escape(x['reason'])}</td>"
+                   f"<td class='num' data-v='{x['outstanding_bytes']}'>"
+                   f"{human_bytes(x['outstanding_bytes'])}</td>"
+                   f"<td class='num' data-v='{x['outstanding_count']}'>{x['outstanding_count']}</td>"
+                   f"<td class='num' data-v='{x['rss_bytes']}'>{human_bytes(x['rss_bytes'])}</td>"
+                   "</tr>" for x in snaps)
+    return ["<h2>Snapshots</h2><p class='why'>The heap as it was at each: "
+            "<code>memhook report FILE --snapshot N</code>, and what changed between two: "
+            "<code>--snapshot N --diff M</code>.</p><table class='sortable' id='snapshots'><tr>"
+            "<th class='num'>#</th><th class='num'>after attach</th><th>why</th>"
+            "<th class='num'>outstanding</th><th class='num'>blocks</th><th class='num'>RSS</th>"
+            "</tr>" + rows + "</table>"]
+
+
 def _stack_html(row: dict) -> str:
     """A stack in a table: its one line (the leak's own frame, short names) and, on a click,
     its frames in full (all of them: the page works offline, nothing is fetched)."""
@@ -322,6 +343,7 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                      f"<td>{_stack_html(r)}</td></tr>")
     parts.append("</table>")
     parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
+    parts += _snapshots_html(report.get("snapshots"))
     parts.append("<h2>Flame graph of outstanding bytes</h2><div id='flame-controls'>"
                  "<input type='search' id='flame-search' placeholder='search frames'> "
                  + "".join(f"<label><input type='radio' name='flame-weight' value='{v}'> {t}"

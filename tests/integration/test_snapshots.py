@@ -54,6 +54,17 @@ def test_two_snapshots_on_demand_and_their_diff(tmp_path):
     assert to_end["change_bytes"] == 5000
     bad = run_memhook("report", mh.capture, "--snapshot", "3")
     assert bad.returncode == 2 and "holds no snapshot 3 (snapshots: 1, 2)" in bad.stderr
+    # The diff's text leads each stack with the leak's own frame; the HTML page lists both.
+    text = run_memhook("report", mh.capture, "--snapshot", "2", "--diff", "1").stdout
+    assert re.search(r"^#1 \+37000 bytes \(100000 -> 137000\), \+37 blocks: grow  \S+snapshots"
+                     r"\.c:\d+$", text, re.M), text
+    page = tmp_path / "snapshots.html"
+    assert run_memhook("report", mh.capture, "--format", "html", "-o", page).returncode == 0
+    rows = re.findall(r"<tr><td class='num' data-v='(\d)'>\d</td><td class='num' data-v="
+                      r"'[\d.]+'>[\d.]+ s</td><td>([^<]+)</td><td class='num' data-v='(\d+)'>",
+                      page.read_text())
+    assert [(n, why, int(b)) for n, why, b in rows][0] == ("1", "asked (SIGUSR1)", 100000), rows
+    assert [(n, int(b)) for n, _, b in rows] == [("1", 100000), ("2", 137000)], rows
 
 
 def test_rss_condition_fires_once(tmp_path):
