@@ -23,7 +23,8 @@ BY_SYMBOL = {h.symbol: h for h in HOOKS}
 
 OPERATIONS = {}  # op-mask bit -> the operation's name (malloc, je_malloc: one operation)
 for _h in HOOKS:
-    OPERATIONS.setdefault(_h.bit, _h.name)
+    if _h.bit:  # (exec and spawn rows have none)
+        OPERATIONS.setdefault(_h.bit, _h.name)
 
 
 def operation_names(mask: int) -> list[str]:

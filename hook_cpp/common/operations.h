@@ -1,6 +1,7 @@
 // Operations, as reports name them: one per distinct hooks.def name, so that malloc, je_malloc
 // and tc_malloc are one operation ("malloc") and a site's operations fit one 64-bit mask.
-// Operation bit = 1 + the name's rank in first-appearance order; hooks 1-32 (one name each, in
+// Operation bit = 1 + the name's rank in first-appearance order (exec and spawn rows, which
+// record nothing, have none); hooks 1-32 (one name each, in
 // id order) keep bit = id, so captures from before the allocator APIs read the same.
 #pragma once
 #include <stdint.h>
@@ -18,12 +19,13 @@ struct OperationBits {
   }
   constexpr OperationBits() {
     const char* name[kMaxHooks] = {};
-#define HOOK(id, sym, name_, kind) name[id] = name_;
+    bool process[kMaxHooks] = {};  // (exec and spawn rows record nothing: no bit)
+#define HOOK(id, sym, name_, kind) name[id] = name_, process[id] = #kind[0] == 'P';
 #include "hooks.def"
 #undef HOOK
     const char* seen[64] = {};
     for (int id = 1; id < kMaxHooks; id++) {
-      if (!name[id]) continue;
+      if (!name[id] || process[id]) continue;
       int k = 0;
       while (k < count && !same(seen[k], name[id])) k++;
       if (k == count) seen[count++] = name[id];
@@ -48,7 +50,7 @@ inline char hook_kind(uint32_t id) { return id < (uint32_t)kMaxHooks ? kHookKind
 
 // The bit of hook `id` in a site's op mask.
 constexpr uint64_t operation_bit(uint32_t id) {
-  return id < (uint32_t)kMaxHooks ? uint64_t(1) << kOperations.bit[id] : 0;
+  return id < (uint32_t)kMaxHooks && kOperations.bit[id] ? uint64_t(1) << kOperations.bit[id] : 0;
 }
 
 }  // namespace memhook

@@ -21,8 +21,8 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 17;
-constexpr int kMaxHooks = 128;       // hook ids (hooks.def) are < kMaxHooks
+constexpr uint32_t kVersion = 18;
+constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
 constexpr int kMaxSlots = 8192;

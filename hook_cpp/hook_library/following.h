@@ -3,6 +3,8 @@
 // wait ends when memhook is done with them, when its heartbeat stops, or after kForkWaitNs.
 #pragma once
 
+#include <stdarg.h>
+
 namespace {
 
 uint64_t monotonic_ns() {
@@ -122,4 +124,44 @@ extern "C" __attribute__((visibility("default"))) int memhook_hook_system(const 
 extern "C" __attribute__((visibility("default"))) FILE* memhook_hook_popen(const char* c,
                                                                           const char* m) {
   return exec_followed([&] { return REAL(popen)(c, m); }, kSpawnAnnounced);
+}
+
+// The execl family is variadic: its arguments become the argv of the exec it stands for, on
+// this stack (as libc's own execl builds it), and the call is followed as that exec.
+#define MEMHOOK_EXECL_ARGV(first, ap, argv)                                 \
+  size_t argv##_n = 1;                                                       \
+  {                                                                          \
+    va_list count;                                                           \
+    va_copy(count, ap);                                                      \
+    while (va_arg(count, const char*)) argv##_n++;                           \
+    va_end(count);                                                           \
+  }                                                                          \
+  char** argv = (char**)__builtin_alloca((argv##_n + 1) * sizeof(char*));    \
+  argv[0] = (char*)(first);                                                  \
+  for (size_t i = 1; i <= argv##_n; i++) argv[i] = va_arg(ap, char*);  // (and its NULL)
+
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execl(const char* f,
+                                                                        const char* a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  MEMHOOK_EXECL_ARGV(a, ap, argv)
+  va_end(ap);
+  return exec_followed([&] { return REAL(execve)(f, argv, environ); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execlp(const char* f,
+                                                                         const char* a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  MEMHOOK_EXECL_ARGV(a, ap, argv)
+  va_end(ap);
+  return exec_followed([&] { return REAL(execvp)(f, argv); });
+}
+extern "C" __attribute__((visibility("default"))) int memhook_hook_execle(const char* f,
+                                                                         const char* a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  MEMHOOK_EXECL_ARGV(a, ap, argv)
+  char* const* envp = va_arg(ap, char* const*);  // (after the arguments' NULL)
+  va_end(ap);
+  return exec_followed([&] { return REAL(execve)(f, argv, envp); });
 }

@@ -255,12 +255,14 @@ def test_follow_fork_traces_an_exec_from_its_constructors(tmp_path, launched):
     assert (ctor["outstanding_bytes"], ctor["outstanding_count"]) == (2222, 2)
 
 
-@pytest.mark.parametrize("way", ["vfork", "spawn", "system", "popen"])
+@pytest.mark.parametrize("way", ["vfork", "spawn", "system", "popen", "execl", "execlp",
+                                 "execle"])
 def test_follow_fork_traces_programs_started_every_way(tmp_path, launched, way):
     """--follow-fork: a program started by vfork and execv (as Python's subprocess and dash
-    do), posix_spawn, system() or popen() (libc's own clone and exec, which no slot reaches) is
-    caught at its loader's end: its constructor's and main's allocations exact; the program
-    that started it goes on traced (system and popen: through the shell they start)."""
+    do), posix_spawn, system() or popen() (libc's own clone and exec, which no slot reaches),
+    or a forked child's execl, execlp or execle (variadic) is caught at its loader's end: its
+    constructor's and main's allocations exact; the program that started it goes on traced
+    (system and popen: through the shell they start)."""
     proc, rep = memhook_run(tmp_path, launched, way, options=["--follow-fork"])
     assert proc.returncode == 0, proc.stderr
     assert "not following" not in proc.stderr, proc.stderr

@@ -10,8 +10,9 @@
  *            leak_in_child at once and exits 0; the parent waits for it and exits 0
  *   exec     fork; the child execs this program again with "exec-child"; wait for it, exit 0
  *   exec-child  keep 6 x 600 bytes in leak_after_exec, exit 0
- *   vfork, spawn, system, popen  start this program with "exec-child" that way (vfork and
- *            execv; posix_spawn; system(); popen() and read it to its end), wait, exit 0
+ *   vfork, spawn, system, popen, execl, execlp, execle  start this program with "exec-child"
+ *            that way (vfork and execv; posix_spawn; system(); popen() and read it to its end;
+ *            fork and the execl call named), wait, exit 0
  *   env NAME print "NAME=value" (getenv) and "environ" if environ is set, exit 0
  *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
  *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
@@ -144,6 +145,18 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "spawn")) {
     pid_t child = 0;
     if (posix_spawn(&child, argv[0], nullptr, nullptr, again, environ) != 0) return 95;
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
+  }
+  if (!strncmp(mode, "execl", 5)) {
+    pid_t child = fork();
+    if (child == 0) {
+      if (!strcmp(mode, "execl")) execl(argv[0], argv[0], "exec-child", (char*)nullptr);
+      if (!strcmp(mode, "execlp")) execlp(argv[0], argv[0], "exec-child", (char*)nullptr);
+      if (!strcmp(mode, "execle")) execle(argv[0], argv[0], "exec-child", (char*)nullptr, environ);
+      _exit(96);
+    }
     int status = 0;
     waitpid(child, &status, 0);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 97;
