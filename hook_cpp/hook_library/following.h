@@ -140,22 +140,17 @@ extern "C" __attribute__((visibility("default"))) FILE* memhook_hook_popen(const
   argv[0] = (char*)(first);                                                  \
   for (size_t i = 1; i <= argv##_n; i++) argv[i] = va_arg(ap, char*);  // (and its NULL)
 
-extern "C" __attribute__((visibility("default"))) int memhook_hook_execl(const char* f,
-                                                                        const char* a, ...) {
-  va_list ap;
-  va_start(ap, a);
-  MEMHOOK_EXECL_ARGV(a, ap, argv)
-  va_end(ap);
-  return exec_followed([&] { return REAL(execve)(f, argv, environ); });
-}
-extern "C" __attribute__((visibility("default"))) int memhook_hook_execlp(const char* f,
-                                                                         const char* a, ...) {
-  va_list ap;
-  va_start(ap, a);
-  MEMHOOK_EXECL_ARGV(a, ap, argv)
-  va_end(ap);
-  return exec_followed([&] { return REAL(execvp)(f, argv); });
-}
+#define MEMHOOK_EXECL_HOOK(sym, exec)                                                   \
+  extern "C" __attribute__((visibility("default"))) int memhook_hook_##sym(const char* f, \
+                                                                          const char* a, ...) { \
+    va_list ap;                                                                         \
+    va_start(ap, a);                                                                    \
+    MEMHOOK_EXECL_ARGV(a, ap, argv)                                                     \
+    va_end(ap);                                                                         \
+    return exec_followed([&] { return exec; });                                         \
+  }
+MEMHOOK_EXECL_HOOK(execl, REAL(execve)(f, argv, environ))
+MEMHOOK_EXECL_HOOK(execlp, REAL(execvp)(f, argv))
 extern "C" __attribute__((visibility("default"))) int memhook_hook_execle(const char* f,
                                                                          const char* a, ...) {
   va_list ap;
