@@ -166,27 +166,39 @@ def _bias_from_maps(elf, maps: list, l_ld: int) -> int | None:
     return None
 
 
-def _link_map(mem: Memory, exe_dynamic: int) -> list[tuple[int, int, str]]:
-    """(l_addr, l_ld, l_name) for every object, in the dynamic linker's order."""
-    r_debug = 0
-    addr = exe_dynamic
+def dynamic_entries(mem: Memory, addr: int) -> dict[int, int]:
+    """A dynamic section in memory, tag -> value (the first of each tag; DT_NEEDED's presence,
+    not its count). Values as the file has them: d_ptr entries the loader did not adjust are
+    relative to the object's l_addr."""
+    out: dict[int, int] = {}
     for _ in range(512):
         tag, val = mem.u64(addr), mem.u64(addr + 8)
         if tag == DT_NULL:
             break
-        if tag == DT_DEBUG:
-            r_debug = val
+        out.setdefault(tag, val)
         addr += 16
-    if not r_debug:
-        raise TargetError("the target's dynamic linker has not published its link map "
-                          "(is it still starting up?)")
+    return out
+
+
+def link_map_at(mem: Memory, r_debug: int) -> list[tuple[int, int, int]]:
+    """(l_addr, l_ld, l_name address) of every object in r_debug's list, in its order."""
     out = []
     lm = mem.u64(r_debug + 8)
     while lm and len(out) < 4096:
         l_addr, l_name, l_ld, l_next = (mem.u64(lm + o) for o in (0, 8, 16, 24))
-        out.append((l_addr, l_ld, mem.cstring(l_name) if l_name else ""))
+        out.append((l_addr, l_ld, l_name))
         lm = l_next
     return out
+
+
+def _link_map(mem: Memory, exe_dynamic: int) -> list[tuple[int, int, str]]:
+    """(l_addr, l_ld, l_name) for every object, in the dynamic linker's order."""
+    r_debug = dynamic_entries(mem, exe_dynamic).get(DT_DEBUG, 0)
+    if not r_debug:
+        raise TargetError("the target's dynamic linker has not published its link map "
+                          "(is it still starting up?)")
+    return [(l_addr, l_ld, mem.cstring(l_name) if l_name else "")
+            for l_addr, l_ld, l_name in link_map_at(mem, r_debug)]
 
 
 def _map_files_path(pid: int, m: Mapping) -> str:

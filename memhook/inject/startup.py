@@ -36,7 +36,7 @@ WALL = 0x40000000    # waitpid's __WALL: a tracee that is not memhook's child, o
 EXEC_WAIT_S = 30.0   # the hook library's own limit (kForkWaitNs): then it execs untraced
 AT_BASE = 7          # the auxiliary vector's entry for the interpreter's load address
 AT_ENTRY = 9         # ... for the program's entry point
-DT_NULL, DT_NEEDED, DT_INIT, DT_INIT_ARRAY, DT_INIT_ARRAYSZ = 0, 1, 12, 25, 27
+DT_NEEDED, DT_INIT, DT_INIT_ARRAY, DT_INIT_ARRAYSZ = 1, 12, 25, 27
 RT_CONSISTENT = 0    # r_debug.r_state: the link map is complete
 R_STATE_OFFSET = 24  # in glibc's struct r_debug and musl's struct debug alike
 ARCH = X86_64
@@ -176,19 +176,10 @@ def _constructors_after_libc(pid: int, r_debug: int) -> list[int]:
     addrs = {_auxv(pid).get(AT_ENTRY, 0)}
     code = [(m.start, m.end) for m in procfs.read_maps(pid) if "x" in m.perms]
     with procfs.Memory(pid) as mem:
-        lm, n = mem.u64(r_debug + 8), 0
-        while lm and n < 4096:
-            l_addr, l_name, l_ld, lm = (mem.u64(lm + o) for o in (0, 8, 16, 24))
-            n += 1
+        for l_addr, l_ld, l_name in elf.link_map_at(mem, r_debug):
             if not l_ld or (l_name and elf.is_libc(mem.cstring(l_name))):
                 continue
-            dyn, at = {}, l_ld
-            for _ in range(512):
-                tag, val = mem.u64(at), mem.u64(at + 8)
-                if tag == DT_NULL:
-                    break
-                dyn.setdefault(tag, val)
-                at += 16
+            dyn = elf.dynamic_entries(mem, l_ld)
             if DT_NEEDED not in dyn:
                 continue
             if DT_INIT in dyn:
