@@ -265,10 +265,15 @@ class Run:
                 continue
             if pid == m.session.pid:  # (the program itself became another; a vfork child's
                 self.end(m, "target exec'd another program")  # parent goes on)
-            try:
-                self.attach(pid, launched=True)
-            finally:
-                os.kill(pid, signal.SIGCONT)
+            self.attach_held(pid)
+
+    def attach_held(self, pid: int) -> None:
+        """Attach to a program held at its loader's end (inject/startup.py), then let it go
+        whatever came of it."""
+        try:
+            self.attach(pid, launched=True)
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def follow_spawn(self, m: Member, tid: int) -> None:
         """--follow-fork: a program started by posix_spawn, system or popen: held at its
@@ -281,10 +286,7 @@ class Run:
                   file=sys.stderr, flush=True)
             return
         if child:
-            try:
-                self.attach(child, launched=True)
-            finally:
-                os.kill(child, signal.SIGCONT)
+            self.attach_held(child)
 
     def discover(self, name: str) -> None:
         for pid in procfs.pids_named(name):
