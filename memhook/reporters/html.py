@@ -42,8 +42,6 @@ svg{max-width:100%;height:auto}
 SCRIPT = """
 function fmt(b) { const u = ['B','KiB','MiB','GiB']; let i = 0;
   while (b >= 1024 && i < 3) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; }
-const KIND_NAMES = ['the program', 'other libraries', 'the runtime'];
-const KIND_COLOURS = ['#e8864a', '#6fa8dc', '#c2c2c2'];
 function hashParam(name) {
   const m = new RegExp('[#&]' + name + '=([^&]*)').exec(location.hash);
   return m ? decodeURIComponent(m[1]) : '';
@@ -156,13 +154,15 @@ if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak
 """
 
 
-KIND_COLOURS = ("#e8864a", "#6fa8dc", "#c2c2c2")  # as the script's: own, libraries, runtime
-KIND_NAMES = ("the program", "other libraries", "the runtime")
+KIND_COLOURS = ("#e8864a", "#6fa8dc", "#c2c2c2")  # own, libraries, runtime: the key and the
+KIND_NAMES = ("the program", "other libraries", "the runtime")  # script's (render) alike
 
 
 def report_executable(cap: Capture) -> set:
-    """The program's own files: the executable of each process the capture holds."""
-    return {c.meta.get("exe") for c in (cap.processes or [cap]) if c.meta.get("exe")}
+    """The program's own files: the executable of each process the capture holds, by path and
+    by file name (a capture read elsewhere names them as the target saw them)."""
+    exes = {c.meta.get("exe") for c in (cap.processes or [cap]) if c.meta.get("exe")}
+    return exes | {os.path.basename(e) for e in exes}
 
 
 def frame_kind(f: dict, exes: set) -> int:
@@ -171,8 +171,7 @@ def frame_kind(f: dict, exes: set) -> int:
     if attribution.DEFAULT.is_runtime(f) or attribution.is_marker(f):
         return 2  # (a marker, "[no unwind info]", is not the program's code either)
     module = f.get("module")
-    return 0 if not module or module in exes or os.path.basename(module) in {
-        os.path.basename(e) for e in exes} else 1
+    return 0 if not module or module in exes or os.path.basename(module) in exes else 1
 
 
 def flame_frames(frames: list, exes: set) -> tuple[list, list, list]:
@@ -385,5 +384,6 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                                           for _, k, fmt in columns)
                          + f"<td>{_stack_html(r)}</td></tr>")
         parts.append("</table>")
-    parts.append(f"<script>{SCRIPT}</script></body></html>")
+    parts.append(f"<script>const KIND_NAMES = {json.dumps(KIND_NAMES)}, KIND_COLOURS = "
+                 f"{json.dumps(KIND_COLOURS)};{SCRIPT}</script></body></html>")
     return "\n".join(parts)

@@ -97,8 +97,7 @@ def over_time(cap: Capture, report: dict, symbolizer):
             mem.text(0.5, 0.5, "not read: the process ended before the first interval",
                      transform=mem.transAxes, ha="center", va="center", fontsize=9)
             mem.set_yticks([])
-    if mem.get_legend_handles_labels()[0]:
-        mem.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    _legend(mem, "lower right")
     return _axes(fig, ax, mem, top_value, "Outstanding bytes by call stack", "process",
                  "time since attach (s)")
 
@@ -109,12 +108,18 @@ def _from_attach(values, at) -> np.ndarray:
     return np.concatenate(([0.0], values)) if len(at) > len(values) else values
 
 
+def _legend(axes, where: str) -> None:
+    """The axes' legend, where something on them has a label (else matplotlib warns)."""
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(loc=where, fontsize=8, framealpha=0.9)
+
+
 def _axes(fig, ax, mem, top_value: float, title: str, mem_label: str, xlabel: str):
     """What both over-time figures label the same way."""
     _binary_ticks(ax.yaxis, top_value)
     ax.set_ylabel("outstanding bytes")
     ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+    _legend(ax, "upper left")
     ax.grid(alpha=0.3)
     mem.set_ylabel(mem_label)
     mem.set_xlabel(xlabel)
