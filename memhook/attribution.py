@@ -82,6 +82,19 @@ OPERATOR_SYMBOLS = sorted(("()", "[]", "->*", "->", "<=>", "<<=", ">>=", "<<", "
                            "|", "^", "~", ","), key=len, reverse=True)
 
 
+def closing_bracket(text: str, at: int) -> int:
+    """The index of the bracket closing the one at `at`, or -1."""
+    depth = 0
+    for i in range(at, len(text)):
+        if text[i] in "<([{":
+            depth += 1
+        elif text[i] in ">)]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
 def qualified_name(demangled: str) -> str:
     """A demangled function's qualified name, without the return type a template function's
     name begins with or its parameters: `void std::vector<int>::_M_realloc_insert<int>(...)`
@@ -104,13 +117,8 @@ def qualified_name(demangled: str) -> str:
         c = demangled[i]
         if c == "(" and depth == 0 and i == start and demangled.startswith("(*", i):
             # a function returning a function pointer: R (*NAME(PARAMS))(PARAMS)
-            end, inner = i, 0
-            for end in range(i, n):
-                inner += demangled[end] in "<([{"
-                inner -= demangled[end] in ">)]}"
-                if inner == 0:
-                    break
-            return qualified_name(demangled[i + 2:end])
+            end = closing_bracket(demangled, i)
+            return qualified_name(demangled[i + 2:end if end >= 0 else n - 1])
         if c in "<([{":
             if c == "(" and depth == 0 and i > start and not demangled[start:i].endswith("::"):
                 return demangled[start:i]

@@ -56,16 +56,21 @@ def frame_text(f: dict) -> str:
 LEAK_FRAME_LABEL = "memhook.leak_frame"  # pprof sample label, OTLP sample attribute
 
 
+def _attributed_index(r: dict, rules=None) -> int:
+    """The index of a stack's attributed frame: as the report gives it, else by `rules`
+    (attribution.py; the defaults where None). The stack has frames."""
+    from .attribution import DEFAULT, attributed
+    at = r.get("attributed_frame")
+    return attributed(r["frames"], rules or DEFAULT) if at is None else at
+
+
 def leak_frame(r: dict) -> str:
     """A stack's attributed frame alone, short name and file:line (or module): the label pprof
     and OTLP samples carry, so that a profile viewer can group by the frame to fix."""
-    from .attribution import attributed
     from .short_names import short
-    frames = r.get("frames") or []
-    if not frames:
+    if not r.get("frames"):
         return "?"
-    at = r.get("attributed_frame")
-    f = frames[attributed(frames) if at is None else at]
+    f = r["frames"][_attributed_index(r)]
     return frame_text({**f, "function": short(f["function"]) if f.get("function") else None,
                        "inlined": False})
 
@@ -77,13 +82,12 @@ def leak_site(r: dict, rules=None, full_names: bool = False, width: int | None =
     unless `full_names`. `rules`: attribution.Rules where the stack has no attributed_frame.
     `width`: the room it has; beyond it the path into the runtime is left out, then the
     file's directories."""
-    from .attribution import DEFAULT, attributed, path_into_runtime
+    from .attribution import path_into_runtime
     from .short_names import Shortener
     frames = r.get("frames") or []
     if not frames:
         return "?"
-    at = r.get("attributed_frame")
-    at = attributed(frames, rules or DEFAULT) if at is None else at
+    at = _attributed_index(r, rules)
     shown = path_into_runtime(frames, at) + [frames[at]]
     shorten = Shortener((f.get("function") for f in shown), full=full_names)
 

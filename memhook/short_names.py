@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .attribution import qualified_name
+from .attribution import closing_bracket, qualified_name
 
 OPERATOR_THEN_SPACE = re.compile(r"operator[^\w\s]+ $")  # `operator<< <T>`: T's list
 NAMESPACES = (("std::__cxx11::", "std::"), ("std::__1::", "std::"), ("std::__debug::", "std::"))
@@ -45,19 +45,6 @@ def split_args(inner: str) -> list[str]:
     return [a for a in out if a]
 
 
-def _closing(text: str, at: int) -> int:
-    """The index of the bracket closing the one at `at`, or -1."""
-    depth = 0
-    for i in range(at, len(text)):
-        if text[i] in "<([{":
-            depth += 1
-        elif text[i] in ">)]}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def simplify(text: str) -> str:
     """Every template argument list in `text` simplified, innermost first."""
     for old, new in NAMESPACES:
@@ -68,7 +55,7 @@ def simplify(text: str) -> str:
         if c == "<" and i and (text[i - 1].isalnum() or text[i - 1] in "_>:" or
                                OPERATOR_THEN_SPACE.search(text[:i])) and \
                 not text[:i].endswith("operator") and not text[:i].endswith("operator<"):
-            end = _closing(text, i)
+            end = closing_bracket(text, i)
             if end < 0:
                 out.append(text[i:])
                 break
