@@ -494,6 +494,8 @@ PYBIND11_MODULE(_native, m) {
       relocs[py::int_(r.type)] = py::make_tuple(r.name, r.zero_addend);
     m.attr("SLOT_RELOCATIONS") = relocs;
   }
+  m.def("xsave_bytes", &arch::xsave_bytes,
+        "The XSAVE area's size for the features this kernel enabled (arch.h).");
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from importlib import resources
 
 from ..procfs import TargetError
+from . import gdb_xstate
 from .requests import AttachRequest, DetachRequest, TrimRequest
 
 GDB_TIMEOUT_S = 120
@@ -48,10 +49,14 @@ def find_gdb() -> str:
     return gdb
 
 
-def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
-    """Run the agent on `request`; return what it reported. Raises TargetError on failure."""
+def run_agent(request: AttachRequest | DetachRequest | TrimRequest, sse_only=None) -> dict:
+    """Run the agent on `request`; return what it reported. Raises TargetError on failure.
+    sse_only: GDB sees the x87/SSE state alone (gdb_xstate.py); None: where GDB needs it."""
     params = asdict(request)
     gdb = find_gdb()
+    if sse_only is None:
+        sse_only = gdb_xstate.too_small(gdb)
+    params["sse_only"] = sse_only
     body = resources.files(__package__).joinpath("gdb_agent.py").read_text()
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's
         script = os.path.join(tmp, "agent.py")
@@ -68,7 +73,8 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=GDB_TIMEOUT_S, start_new_session=True)
+                                  timeout=GDB_TIMEOUT_S, start_new_session=True,
+                                  preexec_fn=gdb_xstate.hide_xstate() if sse_only else None)
         except subprocess.TimeoutExpired:
             raise TargetError(f"gdb did not finish within {GDB_TIMEOUT_S} s") from None
         finally:
@@ -96,14 +102,24 @@ class GdbWayIn:
         return self._until_not_busy(request)
 
     def detach(self, request: DetachRequest) -> dict:
-        return run_agent(request)
+        return self._until_not_busy(request)
 
     def trim(self, request: TrimRequest) -> dict:
         return self._until_not_busy(request)
 
+    @staticmethod
+    def _with_state_gdb_can_write(request) -> dict:
+        """The agent checks, before any call, that GDB can write the registers it will put
+        back; where it cannot (a GDB that gdb_xstate.too_small did not foresee), GDB is run
+        again with the x87/SSE state alone."""
+        result = run_agent(request)
+        if result.get("error", "").startswith("xstate:"):
+            result = run_agent(request, sse_only=True)
+        return result
+
     def _until_not_busy(self, request) -> dict:
         for attempt in range(self.TRIES):
-            result = run_agent(request)
+            result = self._with_state_gdb_can_write(request)
             if not result.get("error", "").startswith("busy:") or attempt + 1 == self.TRIES:
                 return result
             time.sleep(0.05)

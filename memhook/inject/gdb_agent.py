@@ -97,9 +97,27 @@ def pick_thread(P):
             after_syscall = False
         if P["loader_blocks_signals"] and every_signal_blocked(P["pid"], th.ptid[1]):
             continue
-        if after_syscall or not any(lo <= pc < hi for lo, hi in P["libc_text"]):
+        # GDB without the extended state (gdb_xstate.py) puts back no ymm/zmm register after
+        # the calls: only a thread where the psABI leaves none live will do.
+        in_program = not P["sse_only"] and not any(lo <= pc < hi for lo, hi in P["libc_text"])
+        if after_syscall or in_program:
             return th
     raise RuntimeError("busy: every thread is inside libc or the dynamic loader right now")
+
+
+def quiet_thread(P):
+    """For the calls of a detach where GDB puts back no ymm/zmm register (gdb_xstate.py): a
+    thread stopped right after a system call instruction, where none is live."""
+    syscall = bytes.fromhex(P["arch"]["syscall_insn"])
+    for th in sorted(INF.threads(), key=lambda t: t.num):
+        th.switch()
+        pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
+        try:
+            if bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall:
+                return th
+        except gdb.MemoryError:
+            pass
+    raise RuntimeError("busy: no thread is blocked in the kernel right now")
 
 
 RUNNING = [0.0]  # seconds the target ran (not paused) while the agent waited
@@ -295,6 +313,8 @@ def do_detach(P, out):
     base = P["lib_base"]
     # Every hook passes straight through from here on, whatever happens next.
     wr(base + sym["memhook_active"], P["layout"]["mode_off"], 4)
+    if P["sse_only"]:
+        quiet_thread(P)
     if P["read_stats"] and "memhook_read_stats" in sym:
         out["stats"] = call("int(*)(void)", base + sym["memhook_read_stats"])
     # Entry patches first, every other thread held; then every slot that still holds its hook
@@ -314,6 +334,18 @@ def do_detach(P, out):
             except gdb.MemoryError:
                 changed.append([addr, None])
     out["restored"], out["changed"] = restored, changed
+
+
+def check_registers_writable(P):
+    """Write one vector register back as it is, before any call: GDB will write every register
+    back after each call, and must not find out only then that it cannot (gdb_xstate.py)."""
+    probe = P["arch"].get("gdb_vector_probe")
+    if probe and not P["sse_only"]:
+        try:
+            gdb.execute("set %s = %s" % (probe, probe), to_string=True)
+        except gdb.error as e:
+            raise RuntimeError("xstate: gdb cannot write this processor's extended registers "
+                               "(%s)" % str(e).strip().rstrip("."))
 
 
 def main(P):
@@ -337,6 +369,7 @@ def main(P):
     t_attached = time.monotonic()
     INF = gdb.selected_inferior()
     try:
+        check_registers_writable(P)
         {"attach": do_attach, "detach": do_detach, "trim": do_trim}[P["action"]](P, out)
     except Exception as e:  # reported to memhook, which prints one line
         out["error"] = str(e)

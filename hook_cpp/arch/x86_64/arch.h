@@ -49,6 +49,15 @@ inline bool cpu_supported(bool* avx512) {
   return true;
 }
 
+// The bytes of the XSAVE area for every feature the kernel enabled (CPUID leaf 0xD, EBX): what a
+// debugger must pass, whole, to write a thread's extended registers (PTRACE_SETREGSET,
+// NT_X86_XSTATE). GDB before 14 passes at most 2696 bytes: too few once the kernel enables AMX's
+// tiles (memhook/inject/gdb_xstate.py).
+inline uint32_t xsave_bytes() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid_count(0xD, 0, &eax, &ebx, &ecx, &edx) ? ebx : 0;
+}
+
 // ucontext_t (a signal frame): the interrupted frame pointer, stack pointer and program counter
 // in uc_mcontext.gregs (REG_RBP, REG_RSP, REG_RIP).
 constexpr uint64_t kUcFramePointer = 40 + 8 * 10, kUcStackPointer = 40 + 8 * 15,
