@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _native, capture, elf, procfs, reporters, snapshot_when, suppressions
+from .capture import private_file
 from .reporters import model
 from .format import one_line
 from .live_view import LiveView
@@ -483,8 +484,8 @@ def run(a, opts, stop: dict, pushers: list) -> int:
     cap = capture.merge(caps) if len(caps) > 1 else caps[0]
     text, leaked = final_report(cap, a, r.symbols)
     if getattr(a, "report_file", None):
-        with open(a.report_file, "w") as f:
-            f.write(text + "\n")
+        with private_file.create(a.report_file) as f:
+            f.write((text + "\n").encode())
         print(f"memhook: report written to {a.report_file}", flush=True)
     else:
         print(text, flush=True)

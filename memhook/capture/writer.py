@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from . import snapshots
+from . import private_file, snapshots
 from .format import BLOCK, HEADER, MAGIC, VERSION, Capture
 
 
@@ -20,7 +20,7 @@ def _npz(**arrays) -> bytes:
 
 class Writer:
     def __init__(self, path: str):
-        self._f = open(path, "wb")
+        self._f = private_file.create(path)
         self._f.write(HEADER.pack(MAGIC, VERSION, 0))
         self.bytes = HEADER.size
 

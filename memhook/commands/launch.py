@@ -10,6 +10,7 @@ import contextlib
 import signal
 import sys
 
+from ..capture import private_file
 from .arguments import Parser, UsageError
 from .attach import add_tracing_arguments, tracing_setup
 
@@ -39,8 +40,8 @@ def run_program(argv: list[str]) -> int:
     a.pid, a.pid_of, a.command = None, None, command
     opts, pushers = tracing_setup(a)
     if a.report_file:
-        try:
-            open(a.report_file, "a").close()  # (unwritable: said before the program starts)
+        try:  # unwritable or unsafe: said before the program starts
+            private_file.create(a.report_file).close()
         except OSError as e:
             raise UsageError(f"cannot write {a.report_file}: {e.strerror}") from None
     # Held, and read in memhook's loop (run.py): the program unblocks them for itself.

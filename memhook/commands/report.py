@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from ..capture import private_file
 from ..procfs import TargetError
 from .arguments import (EXIT_OK, Parser, UsageError, add_attribution_arguments,
                         add_leak_check_arguments, runtime_rules,
@@ -64,7 +65,7 @@ def report_parser() -> Parser:
 def emit(text, path: str | None) -> None:
     data = text if isinstance(text, bytes) else (text + "\n").encode()
     if path:
-        with open(path, "wb") as f:
+        with private_file.create(path) as f:
             f.write(data)
     elif isinstance(text, bytes) and sys.stdout.isatty():
         raise UsageError("pprof and otlp output is binary: write it with -o FILE")

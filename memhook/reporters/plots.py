@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MultipleLocator  # noqa: E402
 
 from .. import analysis  # noqa: E402
-from ..capture import Capture  # noqa: E402
+from ..capture import Capture, private_file  # noqa: E402
 from ..format import distinct_labels, frame_name, human_bytes  # noqa: E402
 from ..symbolize import stack_frames  # noqa: E402
 
@@ -253,11 +253,11 @@ def render(cap: Capture, report: dict, symbolizer, fmt: str = "png") -> dict:
 
 
 def write(cap: Capture, report: dict, symbolizer, directory: str, fmt: str = "png") -> list:
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     paths = []
     for name, data in render(cap, report, symbolizer, fmt).items():
         path = os.path.join(directory, f"{name}.{fmt}")
-        with open(path, "wb") as f:
+        with private_file.create(path) as f:
             f.write(data)
         paths.append(path)
     return paths

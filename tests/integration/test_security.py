@@ -1,12 +1,14 @@
 """A target owned by another user: what memhook creates for it, and what it leaves behind."""
 import os
 import re
+import shutil
+import subprocess
 import stat
 from pathlib import Path
 
 import pytest
 
-from conftest import Memhook, site
+from conftest import Memhook, run_memhook, site
 
 
 def leftovers(target_pid: int, memhook_pid: int = 0) -> set:
@@ -75,3 +77,63 @@ def test_stale_files_of_a_killed_memhook_are_removed(tmp_path, nobody_target):
     finally:
         alive.unlink()
     assert nobody_target.finish() == 0
+
+
+@pytest.fixture
+def shared_dir():
+    """A sticky, world-writable directory, as /tmp is, that user nobody can write into."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="memhook-test-shared-", dir="/tmp"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d)
+
+
+def as_nobody(*cmd):
+    subprocess.run(cmd, check=True, user="nobody", group="nogroup", cwd="/")
+
+
+def test_outputs_are_the_operators_alone(tmp_path, shared_dir):
+    """Captures, reports and plots written as root into a shared directory are mode 0600, and
+    a symbolic link or a file planted at the output path by another user is refused, its
+    target untouched (issue 42: on this host fs.protected_symlinks may be 0)."""
+    exe = ["/usr/bin/python3", "-c", "kept = [bytearray(1000) for _ in range(100)]"]
+    cap, text = shared_dir / "cap.mh", shared_dir / "report.txt"
+    r = run_memhook("run", "--no-live", "-o", cap, "--report-file", text, "--", *exe)
+    assert r.returncode == 0, r.stderr
+    html, plots = shared_dir / "report.html", shared_dir / "plots"
+    assert run_memhook("report", cap, "--format", "html", "-o", html).returncode == 0
+    r = run_memhook("report", cap, "--plots", plots)
+    assert r.returncode == 0, r.stderr
+    written = [cap, text, html, *plots.iterdir()]
+    assert len(written) > 3
+    for path in written:
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, path
+        assert os.lstat(path).st_uid == 0
+    assert stat.S_IMODE(os.stat(plots).st_mode) == 0o700
+    # Writing again over memhook's own file is fine.
+    assert run_memhook("report", cap, "--format", "html", "-o", html).returncode == 0
+
+    victim = shared_dir / "victim"
+    as_nobody("sh", "-c", f"echo mine > {victim}")
+    as_nobody("ln", "-s", str(victim), str(shared_dir / "planted.mh"))
+    as_nobody("ln", "-s", str(victim), str(shared_dir / "planted.txt"))
+    as_nobody("sh", "-c", f"echo theirs > {shared_dir / 'file.html'}")
+    attempts = [("run", "--no-live", "-o", shared_dir / "planted.mh", "--", *exe),
+                ("run", "--no-live", "--report-file", shared_dir / "planted.txt", "--", *exe),
+                ("report", cap, "-o", shared_dir / "planted.txt"),
+                ("report", cap, "--format", "html", "-o", shared_dir / "file.html")]
+    for args in attempts:
+        r = run_memhook(*args)
+        assert r.returncode != 0, args
+        assert "refusing to write" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert victim.read_text() == "mine\n" and os.stat(victim).st_uid != 0
+    assert (shared_dir / "file.html").read_text() == "theirs\n"
+    # A directory on the way that another user's symbolic link stands for is not followed.
+    elsewhere = shared_dir / "elsewhere"
+    as_nobody("mkdir", str(elsewhere))
+    as_nobody("ln", "-s", str(elsewhere), str(shared_dir / "dir-link"))
+    r = run_memhook("report", cap, "-o", shared_dir / "dir-link" / "r.txt")
+    assert r.returncode != 0 and "refusing to write" in r.stderr, r.stderr
+    assert list(elsewhere.iterdir()) == []
