@@ -4,8 +4,10 @@ resident pages in the resident table under the call stack that mapped it."""
 from __future__ import annotations
 
 import re
+import struct
 
 from conftest import Memhook, build, run_memhook
+from memhook.format import human_bytes
 
 MiB = 1 << 20
 
@@ -13,6 +15,17 @@ MiB = 1 << 20
 def by_frames(rows: list, *names: str) -> dict:
     return next(r for r in rows if [f["function"] for f in r["frames"][:len(names)]] ==
                 list(names))
+
+
+def present_bytes(pid: int, ranges: list) -> int:
+    """Bytes of the pages in RAM in [lo, hi) ranges of a process, as its pagemap says."""
+    n = 0
+    with open(f"/proc/{pid}/pagemap", "rb") as f:
+        for lo, hi in ranges:
+            f.seek(lo // 4096 * 8)
+            words = struct.unpack(f"<{(hi - lo) // 4096}Q", f.read((hi - lo) // 4096 * 8))
+            n += sum(4096 for w in words if w >> 63)
+    return n
 
 
 def test_mappings_by_call_stack_to_the_byte(tmp_path, targets):
@@ -40,15 +53,22 @@ def test_mappings_by_call_stack_to_the_byte(tmp_path, targets):
     assert m["unknown_unmapped_bytes"] == 2 * MiB  # early_map's, from before attach
     assert report["totals"]["alloc_count"] == 0  # the heap's accounting saw none of it
     # Resident: map_cache's touched 32 MiB, less 8 MiB released and 4 MiB unmapped; grow's 12.
+    # What memhook promises is the kernel's count of present pages in the ranges each stack
+    # still maps, read from pagemap as the kernel reports them for the same ranges now (the
+    # target waits): on one fresh machine the kernel had one page more than was touched.
+    region = int(target.ask("where", "region").split()[1], 16)
+    kernel = present_bytes(target.pid, [(region, region + 16 * MiB),
+                                        (region + 20 * MiB, region + 48 * MiB)])
+    assert 20 * MiB <= kernel <= 22 * MiB, kernel
     parts = {p["part"]: p for p in report["resident_memory"]["parts"]}
-    assert parts["anonymous mmap by map_cache"]["rss_bytes"] == 20 * MiB
+    assert parts["anonymous mmap by map_cache"]["rss_bytes"] == kernel
     assert parts["anonymous mmap by grow_small"]["rss_bytes"] == 12 * MiB
     text = run_memhook("report", mh.capture).stdout
     assert re.search(r"Anonymous mmap in this session .*: 56\.0 MiB still mapped of 80\.0 MiB "
                      r"mapped; 2\.0 MiB unmapped that was mapped before attach:", text), text
     assert "    44.0 MiB still mapped, 1 mapping of 64.0 MiB, 8.0 MiB released" in text, text
-    assert re.search(r"^\s+20\.0 MiB\s+20\.0 MiB\s+0 B  anonymous mmap by map_cache$", text,
-                     re.M), text
+    assert re.search(rf"^\s+{human_bytes(kernel)}\s+{human_bytes(kernel)}\s+0 B  anonymous mmap "
+                     r"by map_cache$", text, re.M), text
     assert target.finish() == 0
 
 

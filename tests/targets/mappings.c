@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
       close(fd);
     } else if (!strcmp(cmd, "old")) {
       munmap(early, 2 << 20);
+    } else if (!strcmp(cmd, "where")) {
+      printf("region %p\n", (void*)region);
     }
     harness_done();
   }
