@@ -55,8 +55,12 @@ def run(argv: list[str]) -> int:
         print(f"memhook: {e}", file=sys.stderr)
         return EXIT_FAILED
     except ImportError as e:
-        print(f"memhook: its native parts are missing ({e}); install it with `pip install .`",
-              file=sys.stderr)
+        if (e.name or "").startswith("opentelemetry"):  # pyproject.toml: not for Python 3.9
+            print("memhook: OTLP profiles need opentelemetry-proto 1.45, which needs Python "
+                  f">= 3.10 (this is {sys.version.split()[0]})", file=sys.stderr)
+        else:
+            print(f"memhook: its native parts are missing ({e}); reinstall memhook",
+                  file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:
         print(f"memhook: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),

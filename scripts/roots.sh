@@ -5,24 +5,31 @@
 # (/var/cache/memhook-roots). A root is built in a temporary directory and renamed into place when
 # complete, so that an interrupted build is never taken for a cached one; its stamp names what it
 # was built with, and a root built with other packages is built again.
-#   scripts/roots.sh [SUITE...]     (default: bullseye trixie)
+# SUITE-bare (issue 42) is a production host's root: python3, python3-venv and gdb, no compiler
+# and no -dev package; the wheel tests install memhook into it.
+# Debian's mirror is debootstrap's default; MEMHOOK_MIRROR names another.
+#   scripts/roots.sh [ROOT...]     (default: bullseye trixie bullseye-bare trixie-bare)
 set -euo pipefail
 cache=${MEMHOOK_ROOTS:-/var/cache/memhook-roots}
-mirror=${MEMHOOK_MIRROR:-http://deb.debian.org/debian}
-packages=gcc,g++,libc6-dev
+mirror=${MEMHOOK_MIRROR:-}
 after=gdb  # by apt in the root: its dependencies fail to configure under debootstrap
-[ $# -gt 0 ] || set -- bullseye trixie
+[ $# -gt 0 ] || set -- bullseye trixie bullseye-bare trixie-bare
 mkdir -p "$cache"
 chmod 0755 "$cache"
-for suite in "$@"; do
-  root=$cache/$suite
+for name in "$@"; do
+  suite=${name%-bare}
+  case $name in
+    *-bare) packages=python3,python3-venv ;;
+    *) packages=gcc,g++,libc6-dev ;;
+  esac
+  root=$cache/$name
   if [ "$(cat "$root/.memhook-root" 2>/dev/null)" = "$packages $after" ]; then
     continue
   fi
   start=$(date +%s)
-  echo "roots: building the $suite root in $root (debootstrap, a few minutes)"
-  work=$(mktemp -d "$cache/.$suite.XXXXXX")
-  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$work" "$mirror" \
+  echo "roots: building the $name root in $root (debootstrap, a few minutes)"
+  work=$(mktemp -d "$cache/.$name.XXXXXX")
+  if ! debootstrap --variant=minbase --include="$packages" "$suite" "$work" $mirror \
       > "$work.log" 2>&1; then
     tail -5 "$work.log"; rm -rf "$work"; exit 1
   fi
@@ -36,5 +43,5 @@ for suite in "$@"; do
   chmod 0755 "$work"
   rm -rf "$root" "$work.log"
   mv "$work" "$root"
-  echo "roots: $suite ready in $(( $(date +%s) - start )) s"
+  echo "roots: $name ready in $(( $(date +%s) - start )) s"
 done

@@ -61,7 +61,7 @@ if [ "${1:-}" = --tests ]; then
   as_root scripts/roots.sh
 fi
 # For the Rust tests (tests/integration/test_allocators.py): tests/targets/rust_leaks built once
-# (its crates fetched from crates.io, about a minute), kept in /var/cache/memhook-rust.
+# (its crates fetched by cargo, about a minute), kept in /var/cache/memhook-rust.
 if [ "${1:-}" = --tests ]; then
   echo "setup: building the Rust test targets"
   CARGO_TARGET_DIR=/var/cache/memhook-rust/target cargo build -q --release --locked \

@@ -68,7 +68,11 @@ if [ ! -e "$elfutils/.done" ]; then
   log "building static elfutils and zlib with zig for $target (about three minutes, once)"
   work=$(mktemp -d "$cache/.src.XXXXXX")
   mkdir -p "$work/lists/partial"
-  echo "deb-src http://deb.debian.org/debian bookworm main" > "$work/sources.list"
+  # The source packages from the mirror this host's apt already uses, for its own release.
+  mirror=$(grep -hoP '^(URIs:\s*|deb\s+(\[[^]]*\]\s*)?)\Khttps?://\S+' /etc/apt/sources.list \
+           /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
+           grep -v security | head -1)
+  echo "deb-src $mirror $(. /etc/os-release; echo "$VERSION_CODENAME") main" > "$work/sources.list"
   apt=(apt-get -q -o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
        -o Dir::State::Lists="$work/lists" -o APT::Sandbox::User=root)
   "${apt[@]}" update >/dev/null
