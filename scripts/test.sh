@@ -9,6 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests || exit 1
 export MEMHOOK_REQUIRE_ROOTS=1  # setup built the Debian roots: a missing one fails its tests
+export MEMHOOK_REQUIRE_WHEELS=1  # and the wheels
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # The pytest script, not `python -m pytest`: the checkout must not shadow the installed package.
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)

@@ -1,0 +1,106 @@
+"""The wheels (scripts/wheels.sh) on production hosts as they are (issue 42): a Debian 11 and a
+Debian 13 root with python3, python3-venv and gdb and nothing else (no compiler, no -dev
+package: checked), memhook installed from the wheel with pip into a venv there (its pure-Python
+dependencies from the package index), then run inside the root on a target of that root: exact
+bytes, named frames, and reports in text, JSON and HTML."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import Lines, Target
+from test_libcs import ROOTS, Place
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELHOUSE = Path(os.environ.get("MEMHOOK_WHEELHOUSE", REPO / "wheelhouse"))
+BARE = {"bullseye": "39", "trixie": "313"}  # each root's python3, cpXY
+
+
+def wheel_for(tag: str) -> Path:
+    found = sorted(WHEELHOUSE.glob(f"memhook_profiler-*-cp{tag}-cp{tag}-*manylinux_2_17_x86_64.whl"))
+    if not found:
+        message = f"no cp{tag} wheel in {WHEELHOUSE}: scripts/wheels.sh builds it"
+        if os.environ.get("MEMHOOK_REQUIRE_WHEELS") == "1":  # scripts/test.sh built them
+            pytest.fail(message)
+        pytest.skip(message)
+    return found[-1]
+
+
+def in_root(root: Path, cmd: str, timeout=300) -> subprocess.CompletedProcess:
+    # This machine reaches the package index through a proxy whose CA the bare root lacks: pip
+    # in the root is given the host's bundle (a fact of this workplace, not of memhook).
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+           "PIP_CERT": "/w/ca.crt", "REQUESTS_CA_BUNDLE": "/w/ca.crt",
+           "SSL_CERT_FILE": "/w/ca.crt", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_NO_INPUT": "1"}
+    return subprocess.run(["chroot", str(root), "sh", "-c", cmd], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("suite", list(BARE))
+def test_wheel_on_a_bare_host(tmp_path, suite):
+    whl = wheel_for(BARE[suite])
+    root = ROOTS / f"{suite}-bare"
+    if not (root / ".memhook-root").exists():
+        message = f"no {suite}-bare root in {ROOTS}: scripts/roots.sh builds it"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    # Nothing to build with: no compiler, no CMake, no -dev package.
+    tools = in_root(root, "for t in gcc cc g++ c++ cmake make; do command -v $t; done; "
+                    "dpkg-query -W -f='${Package} ${Status}\\n' '*-dev' 2>/dev/null "
+                    "| grep ' installed$' || true")
+    assert tools.stdout.strip() == "", tools.stdout
+    # A target of that Debian release, built in its compiler root and run in the bare one.
+    compiler_root = Place(suite, "chroot")
+    exe = compiler_root.build("lifecycle.c")
+    w = root / "w"
+    shutil.rmtree(w, ignore_errors=True)
+    w.mkdir(mode=0o755)
+    # memhook reads the target's /proc/PID files, as in any container
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    try:
+        shutil.copy(exe, w / "lifecycle")
+        shutil.copy(whl, w / whl.name)
+        shutil.copy("/etc/ssl/certs/ca-certificates.crt", w / "ca.crt")
+        r = in_root(root, f"cd /w && python3 -m venv v && v/bin/pip install -q /w/{whl.name} "
+                    "&& v/bin/memhook --version")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.startswith("memhook ")
+        target = Target(w / "lifecycle", argv=["chroot", str(root), "/w/lifecycle",
+                                                "/nonexistent.so"])
+        try:
+            mh = subprocess.Popen(["chroot", str(root), "/w/v/bin/memhook", "-p",
+                                   str(target.pid), "--no-live", "-o", "/w/cap.mh"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            Lines(mh.stdout).expect("attached", timeout=120)
+            target.command("go")
+            mh.send_signal(signal.SIGINT)
+            _, err = mh.communicate(timeout=120)
+            assert mh.returncode == 0, err
+            assert target.finish() == 0
+        finally:
+            target.kill()
+        rep = in_root(root, "/w/v/bin/memhook report /w/cap.mh --format json")
+        assert rep.returncode == 0, rep.stderr
+        report = json.loads(rep.stdout)
+        late = [s for s in report["sites"]
+                if s["frames"] and any(f.get("function") == "late_leak" for f in s["frames"])]
+        assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
+        names = [f.get("function") for f in late[0]["frames"]]
+        assert names[names.index("late_leak") + 1] == "main", names
+        text = in_root(root, "/w/v/bin/memhook report /w/cap.mh")
+        assert text.returncode == 0 and "late_leak" in text.stdout, text.stderr
+        html = in_root(root, "/w/v/bin/memhook report /w/cap.mh --format html -o /w/r.html")
+        assert html.returncode == 0, html.stderr
+        assert "late_leak" in (w / "r.html").read_text()
+    finally:
+        subprocess.run(["umount", "-l", str(root / "proc")])
+        shutil.rmtree(w, ignore_errors=True)
+        compiler_root.cleanup()
