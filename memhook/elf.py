@@ -299,6 +299,11 @@ def scan(pid: int, exe_path: str) -> Layout:
                        if s.header.p_type == "PT_INTERP"), None)
         dyn = _headers(exe, "PT_DYNAMIC")
         if not interp or not dyn:
+            emulator = re.fullmatch(r"qemu-(\w+?)(-static)?", os.path.basename(exe_path))
+            if emulator:  # qemu-user: the program it runs is another processor's
+                raise TargetError(f"the target runs an {emulator.group(1)} program under "
+                                  f"qemu-user emulation ({os.path.basename(exe_path)}): memhook "
+                                  "supports x86-64 only")
             raise TargetError("the target is statically linked: it has no GOT to patch")
         kind = "musl" if "ld-musl" in os.path.basename(interp) else "glibc"
         exe_bias = None

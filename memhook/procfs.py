@@ -1,6 +1,7 @@
 """What /proc says about the target: mappings, identity, memory."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -89,6 +90,36 @@ def process_info(pid: int) -> ProcessInfo:
         raise TargetError(f"PID {pid} is a kernel thread: it has no program to hook") from None
     return ProcessInfo(pid, int(status["Uid"][1]), int(status["Gid"][1]),
                        " ".join(argv), exe, ticks)
+
+
+CAP_SYS_PTRACE = 19
+
+
+def ptrace_refused() -> str:
+    """Why this process may not ptrace another, as far as /proc tells: Yama's ptrace_scope, the
+    capability, or a seccomp filter (a container's default profile refuses ptrace)."""
+    try:
+        scope = int(open("/proc/sys/kernel/yama/ptrace_scope").read())
+    except (OSError, ValueError):
+        scope = 0
+    status = {}
+    with contextlib.suppress(OSError):
+        for line in open("/proc/self/status"):
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    has_cap = bool(int(status.get("CapEff", "0"), 16) >> CAP_SYS_PTRACE & 1)
+    if scope == 3:
+        return ("kernel.yama.ptrace_scope is 3: no process may be traced on this host until it "
+                "reboots")
+    if not has_cap:
+        return ("memhook lacks CAP_SYS_PTRACE: run it as root (sudo), or in a container with "
+                "--cap-add SYS_PTRACE" + (" (kernel.yama.ptrace_scope is 2: only it may trace)"
+                                          if scope == 2 else ""))
+    if status.get("Seccomp", "0") != "0":
+        return ("memhook runs under a seccomp filter that refuses ptrace (a container's default "
+                "profile?): run it with one that allows ptrace, e.g. "
+                "--security-opt seccomp=unconfined")
+    return "run memhook as root, or relax kernel.yama.ptrace_scope"
 
 
 def _denied(pid: int) -> TargetError:

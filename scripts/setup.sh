@@ -17,6 +17,8 @@ pkg-config --exists libdw libelf 2>/dev/null || missing+=(libdw-dev libelf-dev)
 # For the test suite: a musl target (memhook must refuse it clearly) and a traced target.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 command -v strace >/dev/null || missing+=(strace)
+# For the test of a foreign-architecture target (an aarch64 program under qemu-user).
+command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
 # For the tests of allocators besides glibc's: jemalloc's and tcmalloc's static libraries,
 # mimalloc's shared one, and cargo for the Rust targets.
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.a ] || missing+=(libjemalloc-dev)

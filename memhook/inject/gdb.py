@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from importlib import resources
 
-from ..procfs import TargetError
+from ..procfs import TargetError, ptrace_refused
 from . import gdb_xstate
 from .requests import AttachRequest, DetachRequest, TrimRequest
 
@@ -45,7 +45,7 @@ def find_gdb() -> str:
     gdb = shutil.which("gdb")
     if gdb is None:
         raise TargetError("gdb is not installed: install it (Debian/Ubuntu: apt-get install gdb; "
-                          "Fedora/RHEL: dnf install gdb)")
+                          "Fedora/RHEL: dnf install gdb; Alpine: apk add gdb)")
     return gdb
 
 
@@ -81,11 +81,14 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest, sse_only=Non
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+            result = json.loads(line[len(MARKER):])
+            if result.pop("ptrace_refused", False):
+                result["error"] += ": " + ptrace_refused()
+            return result
     detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     if "ptrace" in proc.stderr and ("not permitted" in proc.stderr or "Operation" in proc.stderr):
-        raise TargetError("gdb may not trace the target (ptrace: operation not permitted): run as "
-                          "root, or relax kernel.yama.ptrace_scope")
+        raise TargetError("gdb may not trace the target (ptrace: operation not permitted): "
+                          + ptrace_refused())
     if "Python scripting is not supported" in proc.stderr:
         raise TargetError("this gdb was built without Python support, which memhook needs")
     raise TargetError(f"gdb failed: {detail}")

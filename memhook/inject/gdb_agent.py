@@ -362,9 +362,7 @@ def main(P):
         gdb.execute("attach %d" % P["pid"], to_string=True)
     except gdb.error as e:
         out["error"] = "gdb could not attach: %s" % str(e).strip().rstrip(".")
-        if "not permitted" in str(e):
-            out["error"] += (" (does kernel.yama.ptrace_scope forbid it, or does memhook lack "
-                             "CAP_SYS_PTRACE?)")
+        out["ptrace_refused"] = "not permitted" in str(e)  # memhook says why (procfs.py)
         return out
     t_attached = time.monotonic()
     INF = gdb.selected_inferior()

@@ -39,6 +39,30 @@ def test_32_bit_target(tmp_path):
         proc.wait()
 
 
+def test_foreign_architecture_target(tmp_path):
+    """An aarch64 program under qemu-user (the process is qemu's, static, x86-64): one line that
+    names the emulation, not "statically linked". Built by zig (scripts/wheels.sh's toolchain)
+    as a static aarch64 program, run by Debian's qemu-user-static (scripts/setup.sh)."""
+    zig = Path("/var/cache/memhook-wheels/tools/bin/python")
+    qemu = shutil.which("qemu-aarch64-static")
+    if not (qemu and zig.exists()):
+        if os.environ.get("MEMHOOK_REQUIRE_WHEELS") == "1":
+            pytest.fail("qemu-user-static or zig missing (scripts/setup.sh --tests)")
+        pytest.skip("qemu-user-static or zig missing (scripts/setup.sh --tests)")
+    src, exe = tmp_path / "spin.c", tmp_path / "spin"
+    src.write_text("#include <unistd.h>\nint main(void) { for (;;) sleep(1); }\n")
+    subprocess.run([str(zig), "-m", "ziglang", "cc", "-target", "aarch64-linux-musl", "-static",
+                    str(src), "-o", str(exe)], check=True, capture_output=True)
+    proc = subprocess.Popen([qemu, str(exe)])
+    try:
+        wait_started(proc, "qemu-aarch64-static")
+        one_line_error(run_memhook("-p", proc.pid), 1, "aarch64", "qemu-user", "x86-64 only")
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_target_in_its_own_mount_namespace(tmp_path):
     """Private /tmp and /dev/shm, as in a container: memhook places its files through
     /proc/PID/root, where the target sees them."""
@@ -97,3 +121,31 @@ def test_not_root(tmp_path, targets):
         assert target.finish() == 0
     finally:
         shutil.rmtree(lib)
+
+
+def test_ptrace_refused_by_seccomp(tmp_path, targets):
+    """A seccomp filter on memhook's own process (as a container's default profile) that
+    refuses ptrace: one line that names seccomp, and the target untouched. (Yama's
+    ptrace_scope is never raised here: at 3 only a reboot lowers it.)"""
+    import ctypes
+    import struct
+
+    def refuse_ptrace():
+        # BPF: arch x86-64 and nr == ptrace (101) -> EPERM; anything else allowed
+        ins = [(0x20, 0, 0, 4), (0x15, 0, 3, 0xC000003E), (0x20, 0, 0, 0), (0x15, 0, 1, 101),
+               (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000)]
+        code = b"".join(struct.pack("HBBI", *i) for i in ins)
+
+        class Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+        prog = Prog(len(ins), code)
+        if ctypes.CDLL(None).prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+            raise OSError("seccomp")
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    before = open(f"/proc/{target.pid}/maps").read()
+    proc = subprocess.run(memhook_cmd("-p", target.pid), capture_output=True, text=True, cwd="/",
+                          preexec_fn=refuse_ptrace)
+    one_line_error(proc, 1, "not permitted", "seccomp")
+    assert open(f"/proc/{target.pid}/maps").read() == before
+    target.command("go")
+    assert target.finish() == 0
