@@ -220,7 +220,7 @@ def _scan_object(obj: LoadedObject, elf, wanted: dict) -> None:
         obj.skip = "no dynamic symbol table"
         return
     # The symbol table as arrays: a pyelftools object per symbol costs 0.14 s on libstdc++,
-    # the arrays 0.01 ms (benchmarks/README.md, "The scan").
+    # the arrays 0.01 ms (docs/benchmarks.md, "The scan").
     syms = np.frombuffer(dynsym.data(), dtype=ELF64_SYM)
     strtab = elf.get_section(dynsym["sh_link"]).data()
     names = [strtab[o:strtab.index(b"\0", o)].decode(errors="replace") for o in syms["name"]]

@@ -2,7 +2,7 @@
 // kTimeEveryBytes of a thread's records, and the consumer notes the clock each time it finds a
 // ring's write cursor. An event is timed between the anchors around it, in proportion to its
 // place among the bytes written between them, with the part of that window its thread may have
-// spent idle as its uncertainty (README "Lifetimes"; benchmarks/README.md has the figures).
+// spent idle as its uncertainty (README "Lifetimes"; docs/benchmarks.md has the figures).
 #pragma once
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
 // The hook library loads into any glibc from 2.17 on, whatever glibc it was built against: each
-// versioned function it imports is bound to its oldest version (benchmarks/README.md, tests/unit/
+// versioned function it imports is bound to its oldest version (docs/benchmarks.md, tests/unit/
 // test_libc_baseline.py checks the built library). Before 2.34 dlopen, dlsym, dladdr and dlclose
 // live in libdl.so.2 and the pthread functions in libpthread.so.0 (the library names both as
 // needed: CMakeLists.txt); since 2.34 libc.so.6 keeps these old versions for old programs.

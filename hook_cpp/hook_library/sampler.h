@@ -69,7 +69,7 @@ inline bool chosen(ThreadState& t, uint64_t size) {
 // Sampling mode: a counting filter of the sampled blocks still live, so that the free of a block
 // that was not sampled (nearly every free) reads one byte of a 4 KiB array the core keeps close,
 // not the pointer's entry in the 32 MiB address table (an entry far from anything else the free
-// touches: malloc/free loops ran 1.2-1.5x slower for that one load: benchmarks/README.md,
+// touches: malloc/free loops ran 1.2-1.5x slower for that one load: docs/benchmarks.md,
 // "Allocation latency"). A counter is raised when a
 // block is sampled and lowered when its free is recorded; zero: no sampled block lives there.
 // Lost table entries only leave counters raised (the table is still asked); 255 sticks.

@@ -3,7 +3,7 @@ no libthread_db, so the target is stopped for as short a time as possible.
 
 What GDB does while the target is stopped is what the target waits for. GDB reads the executable
 when it attaches, and always reads the minimal symbols of libc (for thread debugging), with any
-separate debug file a -dbg package installed: 10-80 ms on real programs (benchmarks/README.md,
+separate debug file a -dbg package installed: 10-80 ms on real programs (docs/benchmarks.md,
 "the pause on real programs"). So the agent loads the
 executable before it attaches (GDB's infcalls return through its entry point), and GDB's sysroot
 is an empty directory of memhook's, so GDB opens no shared library at all: it needs none, every
