@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 
 from ..format import parse_size
 
@@ -96,6 +97,28 @@ def runtime_rules(a):
     return Rules.with_user(a.runtime_module, a.runtime_function)
 
 
+class OneLineHelp(argparse.HelpFormatter):
+    """--help on one screen: each option on one line, its help cut to the terminal's width
+    (every option in full: docs/usage.md), a short usage line."""
+
+    def __init__(self, prog):
+        width = min(shutil.get_terminal_size((100, 24)).columns, 120)
+        super().__init__(prog, max_help_position=30, width=width)
+
+    def _format_usage(self, usage, actions, groups, prefix):
+        return f"usage: {self._prog} {usage or '[options]'}\n\n"
+
+    def _split_lines(self, text, width):
+        text = " ".join(text.split())
+        return [text if len(text) <= width else text[:width - 1].rstrip() + "…"]
+
+
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, page: str = "docs/usage.md", **kw):
+        kw.setdefault("formatter_class", OneLineHelp)
+        kw.setdefault("epilog", f"Every option in full, with examples: {page} (the "
+                                "documentation: mkdocs.yml in memhook's source).")
+        super().__init__(*args, **kw)
+
     def error(self, message):  # one line, exit 2, no usage dump
         raise UsageError(message)

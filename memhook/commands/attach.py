@@ -12,7 +12,7 @@ from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_
 
 
 def attach_parser() -> Parser:
-    p = Parser(prog="memhook", description="Attach to a running process and report the call "
+    p = Parser(prog="memhook", usage="-p PID[,PID...] | --pid-of NAME [options]", description="Attach to a running process and report the call "
                "stacks that hold unfreed memory. `memhook report FILE` reads a capture; "
                "`memhook run -- CMD` starts a program under memhook.")
     which = p.add_mutually_exclusive_group(required=True)

@@ -20,7 +20,7 @@ FORWARDED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 
 
 def run_parser() -> Parser:
-    p = Parser(prog="memhook run", description="Start a program under memhook, traced from its "
+    p = Parser(prog="memhook run", usage="[options] -- CMD [ARGS...]", page="docs/run-mode.md", description="Start a program under memhook, traced from its "
                "first allocation (library constructors and static initializers included), and "
                "report what it still held at exit. Exits with the program's exit code.")
     add_tracing_arguments(p)

@@ -14,7 +14,7 @@ from .arguments import (EXIT_OK, Parser, UsageError, add_attribution_arguments,
 
 
 def report_parser() -> Parser:
-    p = Parser(prog="memhook report", description="Report on a capture file, on this host or "
+    p = Parser(prog="memhook report", usage="FILE [options]", page="docs/report-formats.md", description="Report on a capture file, on this host or "
                "another one.")
     p.add_argument("capture", help="capture file written by memhook -o")
     p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html", "otlp"),

@@ -13,7 +13,7 @@ from .arguments import Parser, pid_arg
 
 
 def snapshot_parser() -> Parser:
-    p = Parser(prog="memhook snapshot", description="Ask a running memhook for a snapshot: "
+    p = Parser(prog="memhook snapshot", usage="PID", page="docs/leak-analysis.md", description="Ask a running memhook for a snapshot: "
                "the aggregates now, written into its capture and printed; tracing goes on.")
     p.add_argument("pid", type=pid_arg, metavar="PID",
                    help="the traced process, or the memhook tracing it")

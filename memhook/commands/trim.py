@@ -14,7 +14,7 @@ from .arguments import EXIT_OK, Parser, pid_arg
 
 
 def run_trim(argv: list[str]) -> int:
-    p = Parser(prog="memhook trim", description="Call malloc_trim(0) in a running process and "
+    p = Parser(prog="memhook trim", usage="-p PID", page="docs/resident-memory.md", description="Call malloc_trim(0) in a running process and "
                "show what it gave back.")
     p.add_argument("-p", "--pid", type=pid_arg, required=True, help="the process")
     a = p.parse_args(argv)
