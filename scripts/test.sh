@@ -7,7 +7,10 @@
 # With arguments, runs pytest with them instead (e.g. scripts/test.sh tests/unit -k merge).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+t0=$SECONDS
+stage() { echo "test.sh: $1 took $(( SECONDS - t0 )) s"; t0=$SECONDS; }
 scripts/setup.sh --tests || exit 1
+stage "set-up"
 export MEMHOOK_REQUIRE_ROOTS=1  # setup built the Debian roots: a missing one fails its tests
 export MEMHOOK_REQUIRE_WHEELS=1  # and the wheels
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -21,9 +24,12 @@ results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 status=0
 "${pytest[@]}" --junitxml="$results/unit.xml" tests/unit || status=1
+stage "the unit tier"
 as_root "${pytest[@]}" --junitxml="$results/parallel.xml" -n 2 --dist loadgroup -m "not serial" \
   tests/integration || status=1
+stage "the integration tier"
 as_root "${pytest[@]}" --junitxml="$results/serial.xml" -m serial tests/integration || status=1
+stage "the timed tests"
 # One closing line for the three runs.
 .venv/bin/python - "$results"/*.xml <<'PY'
 import sys
