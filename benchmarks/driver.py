@@ -99,8 +99,8 @@ class Target:
 class Session:
     """`memhook -p PID` from attach (the `attached` line) to SIGINT."""
 
-    def __init__(self, pid: int, *args: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "memhook", "-p", str(pid), "--no-live",
+    def __init__(self, pid: int, *args: str, python: str = sys.executable):
+        self.p = subprocess.Popen([python, "-m", "memhook", "-p", str(pid), "--no-live",
                                    "--format", "json", *args], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, cwd="/")
         self.attached = self.p.stdout.readline()

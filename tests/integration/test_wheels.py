@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Lines, Target
+from conftest import Lines, Target, build
 from test_libcs import ROOTS, Place
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,3 +104,39 @@ def test_wheel_on_a_bare_host(tmp_path, suite):
         subprocess.run(["umount", "-l", str(root / "proc")])
         shutil.rmtree(w, ignore_errors=True)
         compiler_root.cleanup()
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.10", "3.11", "3.12", "3.13"])
+def test_wheel_with_each_python(tmp_path, version, targets):
+    """Each wheel in a venv of that CPython on this host (pyenv's), attached to a program here:
+    exact bytes, the leak's function named."""
+    import glob
+    whl = wheel_for(version.replace(".", ""))
+    bases = sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python3"))
+    if not bases:
+        pytest.skip(f"no CPython {version} in /root/.pyenv/versions")
+    venv = tmp_path / "v"
+    subprocess.run([bases[-1], "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin/pip"), "install", "-q", str(whl)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the wheel's module, not the checkout's
+    where = subprocess.run([str(venv / "bin/python"), "-c", "import memhook._native as n; "
+                            "print(n.__file__)"], capture_output=True, text=True, cwd="/")
+    assert where.stdout.startswith(str(venv)), where
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    mh = subprocess.Popen([str(venv / "bin/memhook"), "-p", str(target.pid), "--no-live", "-o",
+                           str(tmp_path / "cap.mh")], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd="/")
+    Lines(mh.stdout).expect("attached", timeout=120)
+    target.command("go")
+    mh.send_signal(signal.SIGINT)
+    _, err = mh.communicate(timeout=120)
+    assert mh.returncode == 0, err
+    assert target.finish() == 0
+    rep = subprocess.run([str(venv / "bin/memhook"), "report", str(tmp_path / "cap.mh"),
+                          "--format", "json"], capture_output=True, text=True, cwd="/")
+    assert rep.returncode == 0, rep.stderr
+    late = [s for s in json.loads(rep.stdout)["sites"]
+            if any(f.get("function") == "late_leak" for f in s["frames"])]
+    assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
