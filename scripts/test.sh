@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run memhook's whole test suite, both tiers:
-#   tests/unit         no root, no GDB: analysis, reports, capture format, the native parts
+#   tests/unit         no root, no GDB: analysis, reports, capture format, the native parts,
+#                      the wheels' contents, the docs; two at a time
 #   tests/integration  real targets, real GDB, as root; two at a time (pytest-xdist) but for
 #                      the timed ones (marked serial), which run afterwards with nothing beside
 #                      them; tests that keep every core busy share one worker (xdist_group).
@@ -23,7 +24,7 @@ fi
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 status=0
-"${pytest[@]}" --junitxml="$results/unit.xml" tests/unit || status=1
+"${pytest[@]}" --junitxml="$results/unit.xml" -n 2 tests/unit || status=1
 stage "the unit tier"
 as_root "${pytest[@]}" --junitxml="$results/parallel.xml" -n 2 --dist loadgroup -m "not serial" \
   tests/integration || status=1

@@ -43,6 +43,24 @@ def in_root(root: Path, cmd: str, timeout=300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=env)
 
 
+def traced_late_leak(memhook: list, capture: str, target: Target) -> None:
+    """`memhook` attached to lifecycle.c while it runs "go" (late_leak: 7 x 99 bytes), then
+    Ctrl-C; the target finishes cleanly."""
+    mh = subprocess.Popen([*memhook, "-p", str(target.pid), "--no-live", "-o", capture],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    Lines(mh.stdout).expect("attached", timeout=120)
+    target.command("go")
+    mh.send_signal(signal.SIGINT)
+    _, err = mh.communicate(timeout=120)
+    assert mh.returncode == 0, err
+    assert target.finish() == 0
+
+
+def late_leak_sites(report: dict) -> list:
+    return [s for s in report["sites"]
+            if any(f.get("function") == "late_leak" for f in s["frames"])]
+
+
 @pytest.mark.parametrize("suite", list(BARE))
 def test_wheel_on_a_bare_host(tmp_path, suite):
     whl = wheel_for(BARE[suite])
@@ -76,22 +94,12 @@ def test_wheel_on_a_bare_host(tmp_path, suite):
         target = Target(w / "lifecycle", argv=["chroot", str(root), "/w/lifecycle",
                                                 "/nonexistent.so"])
         try:
-            mh = subprocess.Popen(["chroot", str(root), "/w/v/bin/memhook", "-p",
-                                   str(target.pid), "--no-live", "-o", "/w/cap.mh"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            Lines(mh.stdout).expect("attached", timeout=120)
-            target.command("go")
-            mh.send_signal(signal.SIGINT)
-            _, err = mh.communicate(timeout=120)
-            assert mh.returncode == 0, err
-            assert target.finish() == 0
+            traced_late_leak(["chroot", str(root), "/w/v/bin/memhook"], "/w/cap.mh", target)
         finally:
             target.kill()
         rep = in_root(root, "/w/v/bin/memhook report /w/cap.mh --format json")
         assert rep.returncode == 0, rep.stderr
-        report = json.loads(rep.stdout)
-        late = [s for s in report["sites"]
-                if s["frames"] and any(f.get("function") == "late_leak" for f in s["frames"])]
+        late = late_leak_sites(json.loads(rep.stdout))
         assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
         names = [f.get("function") for f in late[0]["frames"]]
         assert names[names.index("late_leak") + 1] == "main", names
@@ -125,18 +133,9 @@ def test_wheel_with_each_python(tmp_path, version, targets):
                             "print(n.__file__)"], capture_output=True, text=True, cwd="/")
     assert where.stdout.startswith(str(venv)), where
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
-    mh = subprocess.Popen([str(venv / "bin/memhook"), "-p", str(target.pid), "--no-live", "-o",
-                           str(tmp_path / "cap.mh")], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd="/")
-    Lines(mh.stdout).expect("attached", timeout=120)
-    target.command("go")
-    mh.send_signal(signal.SIGINT)
-    _, err = mh.communicate(timeout=120)
-    assert mh.returncode == 0, err
-    assert target.finish() == 0
+    traced_late_leak([str(venv / "bin/memhook")], str(tmp_path / "cap.mh"), target)
     rep = subprocess.run([str(venv / "bin/memhook"), "report", str(tmp_path / "cap.mh"),
                           "--format", "json"], capture_output=True, text=True, cwd="/")
     assert rep.returncode == 0, rep.stderr
-    late = [s for s in json.loads(rep.stdout)["sites"]
-            if any(f.get("function") == "late_leak" for f in s["frames"])]
+    late = late_leak_sites(json.loads(rep.stdout))
     assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
