@@ -71,7 +71,8 @@ if [ ! -e "$elfutils/.done" ]; then
   # The source packages from the mirror this host's apt already uses, for its own release.
   mirror=$(grep -hoP '^(URIs:\s*|deb\s+(\[[^]]*\]\s*)?)\Khttps?://\S+' /etc/apt/sources.list \
            /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
-           grep -v security | head -1)
+           grep -v security | head -1 || true)
+  [ -n "$mirror" ] || { echo "wheels: no Debian mirror in this host's apt sources" >&2; exit 1; }
   echo "deb-src $mirror $(. /etc/os-release; echo "$VERSION_CODENAME") main" > "$work/sources.list"
   apt=(apt-get -q -o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent
        -o Dir::State::Lists="$work/lists" -o APT::Sandbox::User=root)
