@@ -2,12 +2,14 @@
 plots. They hold the target's command line, its environment's traces and its load addresses (its
 ASLR layout), and memhook writes them as root, often into a shared directory, so:
 - a new file is created owner-only (0600; the umask may narrow it, never widen it);
-- no symbolic link is followed where another user could have planted it: the file's own name
-  never, a directory on the way only where the kernel's protected_symlinks rule would (the link
-  is memhook's user's, or the directory is not sticky and world-writable, or the link belongs
-  to the directory's owner), so that the rule holds even where fs.protected_symlinks is 0;
-- an existing file is reused only if it is a regular file of memhook's user with one link (a
-  file another user planted, or a hard link to someone's file, is refused, untouched).
+- a symbolic link, on the way or at the file itself, is followed only where nobody but memhook's
+  user could have put it there: the link is that user's, in a directory of that user's that no
+  one else may write (/dev/stdout, /var/run). This holds where fs.protected_symlinks is 0, and
+  also in a directory another user owns, where the kernel's rule would follow their links;
+- an existing file is reused only if it is a regular file of memhook's user with one link, or a
+  character device (/dev/null: only root makes those), or a FIFO of memhook's user or reached
+  through such a link (/dev/stdout into a pipe); a file
+  another user planted, or a hard link to someone's file, is refused and left untouched.
 """
 from __future__ import annotations
 
@@ -26,11 +28,11 @@ class UnsafeOutput(CaptureError):
 
 
 def _safe_link(dir_fd: int, name: str) -> bool:
-    """Whether following the symbolic link `name` in that directory is safe for root."""
+    """Whether nobody but memhook's user could have made, or could change, this link."""
     link = os.lstat(name, dir_fd=dir_fd)
     d = os.fstat(dir_fd)
-    shared = d.st_mode & stat.S_ISVTX and d.st_mode & stat.S_IWOTH
-    return link.st_uid == os.geteuid() or not shared or link.st_uid == d.st_uid
+    me = os.geteuid()
+    return link.st_uid == me and d.st_uid == me and not d.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _open_parent(path: str) -> tuple[int, str]:
@@ -74,26 +76,31 @@ def _open_parent(path: str) -> tuple[int, str]:
 def create(path: str, mode: int = MODE):
     """A binary file object to write `path` from its start, as the module's docstring says."""
     dir_fd, name = _open_parent(path)
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_CLOEXEC
     try:
         try:
-            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, mode, dir_fd=dir_fd)
+            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
         except FileExistsError:
+            follow = stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+            if follow and not _safe_link(dir_fd, name):
+                raise UnsafeOutput(f"refusing to write {path}: it is a symbolic link that "
+                                   "another user could have planted") from None
             try:
-                fd = os.open(name, flags, dir_fd=dir_fd)
+                fd = os.open(name, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
             except OSError as e:
-                if e.errno == errno.ELOOP:
-                    raise UnsafeOutput(f"refusing to write {path}: it is a symbolic link") \
-                        from None
                 raise OSError(e.errno, e.strerror, path) from None
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            ours = st.st_uid == os.geteuid()
+            ok = (stat.S_ISCHR(st.st_mode) or (stat.S_ISFIFO(st.st_mode) and (ours or follow)) or
+                  (stat.S_ISREG(st.st_mode) and ours and st.st_nlink == 1))
+            if not ok:
                 os.close(fd)
-                why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
-                       f"it belongs to uid {st.st_uid}" if st.st_uid != os.geteuid() else
-                       "it has other hard links")
+                why = (f"it belongs to uid {st.st_uid}" if not ours else
+                       "it has other hard links" if stat.S_ISREG(st.st_mode) else
+                       "not a regular file")
                 raise UnsafeOutput(f"refusing to write {path}: {why}")
-            os.ftruncate(fd, 0)
+            if stat.S_ISREG(st.st_mode):
+                os.ftruncate(fd, 0)
     finally:
         os.close(dir_fd)
     return os.fdopen(fd, "wb")

@@ -111,8 +111,12 @@ def test_outputs_are_the_operators_alone(tmp_path, shared_dir):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, path
         assert os.lstat(path).st_uid == 0
     assert stat.S_IMODE(os.stat(plots).st_mode) == 0o700
-    # Writing again over memhook's own file is fine.
+    # Writing again over memhook's own file is fine, and so are /dev/null and /dev/stdout (a
+    # device, and a link of root's in a directory of root's to a pipe).
     assert run_memhook("report", cap, "--format", "html", "-o", html).returncode == 0
+    assert run_memhook("report", cap, "-o", "/dev/null").returncode == 0
+    r = run_memhook("report", cap, "-o", "/dev/stdout")
+    assert r.returncode == 0 and "memhook report:" in r.stdout, r.stderr
 
     victim = shared_dir / "victim"
     as_nobody("sh", "-c", f"echo mine > {victim}")
@@ -137,3 +141,10 @@ def test_outputs_are_the_operators_alone(tmp_path, shared_dir):
     r = run_memhook("report", cap, "-o", shared_dir / "dir-link" / "r.txt")
     assert r.returncode != 0 and "refusing to write" in r.stderr, r.stderr
     assert list(elsewhere.iterdir()) == []
+    # Nor a link in a directory of another user's own (the kernel's rule would follow it).
+    theirs = shared_dir / "theirs"
+    as_nobody("mkdir", "-m", "755", str(theirs))
+    as_nobody("ln", "-s", str(victim), str(theirs / "r.txt"))
+    r = run_memhook("report", cap, "-o", theirs / "r.txt")
+    assert r.returncode != 0 and "refusing to write" in r.stderr, r.stderr
+    assert victim.read_text() == "mine\n"
