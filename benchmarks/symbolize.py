@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--stacks", type=int, default=20000)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--module", default="/usr/lib/x86_64-linux-gnu/libc.so.6")
+    ap.add_argument("--symbolizer", action="append", default=[],
+                    help="memhook report's --symbolizer, each in turn (default: auto)")
     a = ap.parse_args()
     path = str(Path(a.module).resolve())
     bias = 0x7f0000000000
@@ -62,11 +64,13 @@ def main():
     capture.write(str(out), cap)
     unique = len(set(frames.tolist()))
     print(f"{a.stacks} stacks x {a.depth} frames, {unique} unique addresses in {path}")
-    for fmt in ("text", "json"):
-        t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "memhook", "report", str(out), "--format", fmt,
-                        "-o", "/dev/null"], check=True, cwd="/")
-        print(f"memhook report --format {fmt}: {time.monotonic() - t0:.1f} s")
+    for tool in a.symbolizer or ["auto"]:
+        for fmt in ("text", "json"):
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-m", "memhook", "report", str(out), "--format", fmt,
+                            "-o", "/dev/null", "--symbolizer", tool], check=True, cwd="/")
+            print(f"memhook report --format {fmt} --symbolizer {tool}: "
+                  f"{time.monotonic() - t0:.2f} s")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 RUNTIME_MODULES = (
     "libc.so*", "libc-*.so", "libc.musl*", "ld-linux*", "ld-musl*", "ld-*.so", "libstdc++.so*",
@@ -67,8 +68,12 @@ class Rules:
         return cls(RUNTIME_MODULES + tuple(modules), RUNTIME_FUNCTIONS + tuple(functions))
 
     def is_runtime(self, frame: dict) -> bool:
-        function = qualified_name(frame.get("function") or "")
-        module = os.path.basename(frame.get("module") or "")
+        return self._is_runtime(frame.get("function") or "", frame.get("module") or "")
+
+    @lru_cache(maxsize=1 << 16)  # (a report asks of the same frames for every stack)
+    def _is_runtime(self, function: str, module: str) -> bool:
+        function = qualified_name(function)
+        module = os.path.basename(module)
         return bool(module and self._module_re.match(module)) or \
             bool(function and self._function_re.match(function))
 
@@ -95,6 +100,7 @@ def closing_bracket(text: str, at: int) -> int:
     return -1
 
 
+@lru_cache(maxsize=1 << 16)
 def qualified_name(demangled: str) -> str:
     """A demangled function's qualified name, without the return type a template function's
     name begins with or its parameters: `void std::vector<int>::_M_realloc_insert<int>(...)`

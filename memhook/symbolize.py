@@ -31,7 +31,6 @@ from . import _native, module_files, unwind_tables
 from .elf import build_id
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
-_BINDING_RANK = {"STB_GLOBAL": 0, "STB_WEAK": 1, "STB_LOCAL": 2}
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
               AssertionError, TypeError)  # pyelftools raises all of these on odd files
 
@@ -230,23 +229,21 @@ class LineTool:
     llvm-symbolizer (JSON output) or GNU/elfutils addr2line. Much faster than pyelftools on
     large binaries; pyelftools remains the path that is always there."""
 
-    CHOICES = ("auto", "pyelftools", "llvm-symbolizer", "addr2line", "eu-addr2line")
+    CHOICES = ("auto", "libdw", "pyelftools", "llvm-symbolizer", "addr2line", "eu-addr2line")
+    IN_PROCESS = ("auto", "libdw", "pyelftools")  # no LineTool: elfutils natively, or pyelftools
 
     def __init__(self, name: str, path: str):
         self.name, self.path = name, path
 
     @classmethod
     def find(cls, choice: str = "auto"):
-        if choice == "pyelftools":
+        """The system symbolizer `choice` names; None for the in-process ones."""
+        if choice in cls.IN_PROCESS:
             return None
-        names = ("llvm-symbolizer", "eu-addr2line", "addr2line") if choice == "auto" else (choice,)
-        for name in names:
-            path = shutil.which(name)
-            if path:
-                return cls(name, path)
-        if choice != "auto":
+        path = shutil.which(choice)
+        if path is None:
             raise ValueError(f"{choice} is not installed")
-        return None
+        return cls(choice, path)
 
     def locate_many(self, elf_path: str, vaddrs: list) -> dict:
         """{vaddr: [(function, file, line)] innermost first}; addresses it cannot place are
@@ -352,30 +349,19 @@ def without_root_marker(frames: list) -> list:
 
 class ModuleSymbols:
     """Function names (symbol tables of the binary and its debug file) and DWARF lines and
-    inlined calls, addressed by ELF virtual address."""
+    inlined calls, addressed by ELF virtual address. Both are read natively (elfutils:
+    hook_cpp/symbolize/module_symbols.h); with `native_lines` False the lines come from
+    pyelftools, one compile unit at a time (--symbolizer pyelftools), or from a LineTool."""
 
-    def __init__(self, binary, debug):
-        funcs = {}  # address -> (rank, size, name): of aliases, the best-ranked name wins
-        for elf in (debug, binary):
-            if elf is None:
-                continue
-            for name in (".symtab", ".dynsym"):
-                sec = elf.get_section_by_name(name)
-                if sec is None or sec["sh_type"] == "SHT_NOBITS":
-                    continue
-                for sym in sec.iter_symbols():
-                    if (sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC")
-                            and sym["st_value"] and sym.name):
-                        rank = (_BINDING_RANK.get(sym["st_info"]["bind"], 3),
-                                sym.name.startswith("__GI_"), len(sym.name))
-                        old = funcs.get(sym["st_value"])
-                        if old is None or rank < old[0]:
-                            funcs[sym["st_value"]] = (rank, max(sym["st_size"], 1), sym.name)
+    def __init__(self, binary, debug, native_lines: bool = True):
+        files = [elf.stream.name for elf in (debug, binary) if elf is not None]
+        starts, ends, names = _native.function_table(files)
+        funcs = {a: (None, e - a, n) for a, e, n in zip(starts.tolist(), ends.tolist(), names)}
         self.signal_spans = []
         if binary is not None:
             (lo, hi), self.signal_spans = _unwind_facts(binary)
-            if lo and not any(f[2] == "main" for f in funcs.values()):
-                funcs[lo] = ((0, False, 4), hi - lo, "main")
+            if lo and "main" not in names:
+                funcs[lo] = (None, hi - lo, "main")
             _name_the_entry(binary, funcs)
         order = sorted(funcs)
         self.starts = np.array(order, dtype=np.uint64)
@@ -383,17 +369,33 @@ class ModuleSymbols:
         self.names = [funcs[a][2] for a in order]
         self.dwarf = None
         self.dwarf_path = None  # the file that holds the DWARF, for a LineTool
+        self.lines = None       # its native reader
         for elf in (debug, binary):
             if elf is not None and elf.has_dwarf_info():
-                try:
-                    self.dwarf = elf.get_dwarf_info()
-                    self.dwarf_path = elf.stream.name
-                    break
-                except ELF_ERRORS:
-                    pass
+                if native_lines:
+                    lines = _native.DwarfLines(elf.stream.name)
+                    if not lines.ok:
+                        continue
+                    self.lines = lines
+                else:
+                    try:
+                        self.dwarf = elf.get_dwarf_info()
+                    except ELF_ERRORS:
+                        continue
+                self.dwarf_path = elf.stream.name
+                break
         self._units: dict = {}
         self._cu_ranges = None
-        self.located: dict = {}  # vaddr -> frames, from a LineTool batch
+        self.located: dict = {}  # vaddr -> frames, from a batch (native or a LineTool's)
+
+    def locate_many(self, vaddrs: list) -> None:
+        """Look many addresses up natively at once (frames as LineTool gives them)."""
+        if self.lines is None:
+            return
+        for vaddr, frames in self.lines.locate(vaddrs).items():
+            self.located[vaddr] = [(demangle(fn) if fn and fn.startswith("_Z") else fn,
+                                    os.path.normpath(fl) if fl else fl, ln)
+                                   for fn, fl, ln in frames if fl]
 
     def function(self, vaddr: int) -> str | None:
         if any(lo <= vaddr < hi for lo, hi in self.signal_spans):
@@ -436,6 +438,9 @@ class ModuleSymbols:
         """[(function or None, file, line)] innermost first; [] without DWARF for vaddr."""
         if vaddr in self.located:
             return self.located[vaddr]
+        if self.lines is not None:
+            self.locate_many([vaddr])
+            return self.located.setdefault(vaddr, [])
         if self.dwarf is None:
             return []
         try:
@@ -573,6 +578,7 @@ class Symbolizer:
         """`cache`: per-file symbols shared with other symbolizers of the same thread (the
         processes of one run map the same files; pyelftools' readers are not thread-safe)."""
         self.line_tool = LineTool.find(tool)
+        self.native_lines = tool in ("auto", "libdw")
         self.lookup = lookup or Lookup()
         self._symbols: dict = {} if cache is None else cache  # (path, build-id) -> (syms, why)
         self.problems: dict = {}  # module path -> why it could not be symbolized
@@ -592,6 +598,7 @@ class Symbolizer:
                               key=lambda m: m["lo"])
         self._los = [m["lo"] for m in self.modules]
         self._cache: dict = {}
+        self._dicts: dict = {}
 
     def _module_symbols(self, module: dict):
         key = (module["path"], module.get("build_id"))
@@ -600,7 +607,7 @@ class Symbolizer:
             syms = None
             if not problem:
                 try:
-                    syms = ModuleSymbols(binary, debug)
+                    syms = ModuleSymbols(binary, debug, self.native_lines)
                 except ELF_ERRORS as e:
                     problem = f"unreadable symbols ({type(e).__name__})"
             self._symbols[key] = (syms, problem)
@@ -614,8 +621,8 @@ class Symbolizer:
         return self.modules[i] if i >= 0 and address < self.modules[i]["hi"] else None
 
     def prepare(self, addresses) -> None:
-        """Look many addresses up at once: one LineTool run per module file."""
-        if self.line_tool is None:
+        """Look many addresses up at once: natively, or one LineTool run per module file."""
+        if self.line_tool is None and not self.native_lines:
             return
         by_module: dict = {}
         for a in set(int(x) for x in addresses):
@@ -625,7 +632,9 @@ class Symbolizer:
         loud = sys.stderr.isatty() and sum(len(v) for _, v in by_module.values()) >= 2000
         for m, vaddrs in by_module.values():
             syms = self._module_symbols(m)
-            if syms is not None and syms.dwarf_path:
+            if syms is not None and self.line_tool is None:
+                syms.locate_many(vaddrs)
+            elif syms is not None and syms.dwarf_path:
                 if loud:
                     print(f"\rmemhook: symbolizing {len(vaddrs)} addresses in "
                           f"{os.path.basename(m['path'])} ({self.line_tool.name})\x1b[K", end="",
@@ -659,12 +668,20 @@ class Symbolizer:
         self._cache[address] = out
         return out
 
+    def frame_dicts(self, address: int) -> list:
+        """frames(address) as dicts, made once (callers copy them)."""
+        got = self._dicts.get(address)
+        if got is None:
+            got = self._dicts[address] = [f.as_dict() for f in self.frames(address)]
+        return got
+
     def frame(self, address: int) -> Frame:
         """The outermost frame at an address (the function the return address is in)."""
         return self.frames(address)[-1]
 
 
 def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
-    """A stack's frames as reports hold them (dicts, inlined frames included), innermost first."""
-    return without_root_marker([f.as_dict() for x in addresses
-                                for f in symbolizer.frames(int(x))])
+    """A stack's frames as reports hold them (dicts, inlined frames included), innermost first:
+    each a copy (reports add to them), of dicts made once per address."""
+    return without_root_marker([dict(d) for x in addresses
+                                for d in symbolizer.frame_dicts(int(x))])

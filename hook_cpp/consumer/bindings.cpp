@@ -17,6 +17,7 @@
 #include "cfi_rows.h"
 #include "consumer.h"
 #include "heap_census.h"
+#include "module_symbols.h"
 #include "operations.h"
 #include "routing.h"
 #include "segment.h"
@@ -415,6 +416,35 @@ PYBIND11_MODULE(_native, m) {
       "the live blocks found, for Consumer.match_census.");
   py::class_<census::CensusBlocks, std::shared_ptr<census::CensusBlocks>>(m, "CensusBlocks")
       .def("memory_bytes", &census::CensusBlocks::memory_bytes);
+  m.def("function_table", [](const std::vector<std::string>& paths) {
+        FunctionTable t = function_table(paths);
+        return py::make_tuple(py::array_t<uint64_t>(t.starts.size(), t.starts.data()),
+                              py::array_t<uint64_t>(t.ends.size(), t.ends.data()), t.names);
+      }, py::arg("paths"),
+      "The functions of these files' symbol tables: (starts, ends, names) sorted by address, "
+      "one name per address (symbolize/module_symbols.h).");
+  py::class_<DwarfLines>(m, "DwarfLines")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def_property_readonly("ok", &DwarfLines::ok)
+      .def("locate", [](DwarfLines& d, const std::vector<uint64_t>& vaddrs) {
+            py::dict out;
+            auto text = [](const std::string& s) -> py::object {
+              if (s.empty()) return py::none();
+              return py::reinterpret_steal<py::object>(
+                  PyUnicode_DecodeUTF8(s.data(), Py_ssize_t(s.size()), "replace"));
+            };
+            for (uint64_t a : vaddrs) {
+              std::vector<SourceFrame> frames = d.locate(a);
+              if (frames.empty()) continue;
+              py::list l;
+              for (const SourceFrame& f : frames)
+                l.append(py::make_tuple(text(f.function), text(f.file),
+                                        f.line ? py::object(py::int_(f.line)) : py::none()));
+              out[py::int_(a)] = l;
+            }
+            return out;
+          }, py::arg("vaddrs"),
+          "{vaddr: [(function, file, line)] innermost first} for the addresses DWARF places.");
   m.def("cfi_rows", &rows_of_file, py::arg("path"),
         "An object file's call-frame information as unwind rows (bytes of Row records), and a "
         "dict saying where they came from.");

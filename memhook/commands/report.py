@@ -55,10 +55,10 @@ def report_parser() -> Parser:
                    help="directory of debug files by build-id (.build-id/ab/cdef.debug); "
                    "repeatable; /usr/lib/debug is always searched")
     p.add_argument("--sysroot", help="look for modules under this directory first")
-    p.add_argument("--symbolizer", choices=("auto", "pyelftools", "llvm-symbolizer", "addr2line",
-                                            "eu-addr2line"), default="auto",
-                   help="file:line and inlined frames: a system symbolizer when installed "
-                   "(auto), or pyelftools (always available, slower on large binaries)")
+    p.add_argument("--symbolizer", choices=("auto", "libdw", "pyelftools", "llvm-symbolizer",
+                                            "addr2line", "eu-addr2line"), default="auto",
+                   help="file:line and inlined frames: elfutils in memhook's own process (auto, "
+                   "libdw), pyelftools, or a system symbolizer run per module")
     return p
 
 

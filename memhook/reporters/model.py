@@ -277,11 +277,12 @@ def attribute(report: dict, rules: attribution.Rules) -> None:
     fix (attribution.py); every frame stays."""
     def walk(node):
         if isinstance(node, dict):
-            if isinstance(node.get("frames"), list) and node["frames"] and \
-                    isinstance(node["frames"][0], dict):
-                node["attributed_frame"] = attribution.attributed(node["frames"], rules)
-            for v in node.values():
-                walk(v)
+            frames = node.get("frames")
+            if isinstance(frames, list) and frames and isinstance(frames[0], dict):
+                node["attributed_frame"] = attribution.attributed(frames, rules)
+            for k, v in node.items():
+                if k != "frames" or not isinstance(v, list):  # (frames hold no stacks)
+                    walk(v)
         elif isinstance(node, list):
             for v in node:
                 walk(v)
