@@ -46,8 +46,9 @@ def main():
     source_python = str(REPO / ".venv/bin/python")
     t = Target(build("alloc_latency", tmp))
     figures = {"source": {"pause": [], "ratio": []}, "wheel": {"pause": [], "ratio": []}}
-    for _ in range(a.cycles):
-        for name, python in (("source", source_python), ("wheel", wheel_python)):
+    installs = [("source", source_python), ("wheel", wheel_python)]
+    for cycle in range(a.cycles):
+        for name, python in installs[::1 if cycle % 2 else -1]:  # each goes first in turn
             mh = Session(t.pid, python=python)
             got = t.answers("pair 16 100000 5 0")
             mh.stop()

@@ -26,7 +26,7 @@ trap 'rm -rf "$results"' EXIT
 status=0
 "${pytest[@]}" --junitxml="$results/unit.xml" -n 2 tests/unit || status=1
 stage "the unit tier"
-as_root "${pytest[@]}" --junitxml="$results/parallel.xml" -n 2 --dist loadgroup -m "not serial" \
+as_root "${pytest[@]}" --junitxml="$results/parallel.xml" -n 2 --dist loadgroup -m "not serial" --durations=15 \
   tests/integration || status=1
 stage "the integration tier"
 as_root "${pytest[@]}" --junitxml="$results/serial.xml" -m serial tests/integration || status=1
