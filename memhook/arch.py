@@ -21,9 +21,6 @@ class Arch:
                         # after one is blocked in the kernel (the GDB agent's thread choice)
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
-    # a vector register the GDB agent writes back as it is, to learn whether GDB can write the
-    # extended state before it calls anything (inject/gdb_xstate.py)
-    gdb_vector_probe: str = "$xmm0"
     # `memhook run` holds a program where its loader is done (inject/startup.py): a breakpoint
     # instruction, and where the pc is among the words of ptrace's PTRACE_GETREGS
     breakpoint_insn: bytes = b"\xcc"

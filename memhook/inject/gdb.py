@@ -55,7 +55,7 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest, sse_only=Non
     params = asdict(request)
     gdb = find_gdb()
     if sse_only is None:
-        sse_only = gdb_xstate.too_small(gdb)
+        sse_only = gdb_xstate.needs_fpregs()
     params["sse_only"] = sse_only
     body = resources.files(__package__).joinpath("gdb_agent.py").read_text()
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's
@@ -110,19 +110,9 @@ class GdbWayIn:
     def trim(self, request: TrimRequest) -> dict:
         return self._until_not_busy(request)
 
-    @staticmethod
-    def _with_state_gdb_can_write(request) -> dict:
-        """The agent checks, before any call, that GDB can write the registers it will put
-        back; where it cannot (a GDB that gdb_xstate.too_small did not foresee), GDB is run
-        again with the x87/SSE state alone."""
-        result = run_agent(request)
-        if result.get("error", "").startswith("xstate:"):
-            result = run_agent(request, sse_only=True)
-        return result
-
     def _until_not_busy(self, request) -> dict:
         for attempt in range(self.TRIES):
-            result = self._with_state_gdb_can_write(request)
+            result = run_agent(request)
             if not result.get("error", "").startswith("busy:") or attempt + 1 == self.TRIES:
                 return result
             time.sleep(0.05)

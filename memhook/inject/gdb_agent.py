@@ -336,18 +336,6 @@ def do_detach(P, out):
     out["restored"], out["changed"] = restored, changed
 
 
-def check_registers_writable(P):
-    """Write one vector register back as it is, before any call: GDB will write every register
-    back after each call, and must not find out only then that it cannot (gdb_xstate.py)."""
-    probe = P["arch"].get("gdb_vector_probe")
-    if probe and not P["sse_only"]:
-        try:
-            gdb.execute("set %s = %s" % (probe, probe), to_string=True)
-        except gdb.error as e:
-            raise RuntimeError("xstate: gdb cannot write this processor's extended registers "
-                               "(%s)" % str(e).strip().rstrip("."))
-
-
 def main(P):
     global INF
     out = {}
@@ -367,7 +355,6 @@ def main(P):
     t_attached = time.monotonic()
     INF = gdb.selected_inferior()
     try:
-        check_registers_writable(P)
         {"attach": do_attach, "detach": do_detach, "trim": do_trim}[P["action"]](P, out)
     except Exception as e:  # reported to memhook, which prints one line
         out["error"] = str(e)

@@ -1,4 +1,4 @@
-"""GDB before 14 on a processor whose kernel enabled AMX (Sapphire Rapids and later).
+"""GDB on a processor whose kernel enabled AMX (Sapphire Rapids and later).
 
 To call a function in the target GDB saves the calling thread's registers and writes them back
 afterwards, the extended ones (AVX, AVX-512) with PTRACE_SETREGSET NT_X86_XSTATE. The kernel takes
@@ -17,15 +17,12 @@ stopped in the middle of the program's own code (gdb_agent.py, pick_thread)."""
 from __future__ import annotations
 
 import ctypes
-import functools
-import re
+import os
 import struct
-import subprocess
 
 from .. import _native
 
 GDB_XSTATE_BYTES = 2696  # X86_XSTATE_MAX_SIZE of GDB 13 and older
-FIXED_IN = 14
 
 # seccomp's BPF: ptrace(PTRACE_GETREGSET or PTRACE_SETREGSET, pid, NT_X86_XSTATE, ...) -> EIO.
 _LD, _JEQ, _RET = 0x20, 0x15, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
@@ -40,16 +37,15 @@ _FILTER = [
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
-@functools.lru_cache(maxsize=None)
-def gdb_major(gdb: str) -> int:
-    out = subprocess.run([gdb, "--version"], capture_output=True, text=True).stdout
-    m = re.search(r"(\d+)\.\d+", out.splitlines()[0] if out else "")
-    return int(m.group(1)) if m else 0
-
-
-def too_small(gdb: str) -> bool:
-    """Whether this GDB cannot write this processor's extended state whole."""
-    return _native.xsave_bytes() > GDB_XSTATE_BYTES and gdb_major(gdb) < FIXED_IN
+def needs_fpregs() -> bool:
+    """Whether GDB must not write this processor's extended state: its XSAVE area is larger
+    than GDB before 14 can write. Decided before GDB starts, and whatever GDB's version says
+    (a distribution's GDB 13 may carry the fix or not; a GDB that cannot write it harms the
+    target the moment it tries: even writing one vector register back as it was left a
+    blocked read() returning ERESTART_RESTARTBLOCK). MEMHOOK_GDB_XSTATE=fpregs forces it."""
+    if os.environ.get("MEMHOOK_GDB_XSTATE") == "fpregs":
+        return True
+    return _native.xsave_bytes() > GDB_XSTATE_BYTES
 
 
 class _Prog(ctypes.Structure):

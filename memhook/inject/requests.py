@@ -12,8 +12,7 @@ from ..arch import X86_64
 def arch_layout() -> dict:
     """What the agent needs of the target's processor (memhook/arch.py)."""
     return {"gdb_sp": X86_64.gdb_sp, "gdb_pc": X86_64.gdb_pc, "red_zone": X86_64.red_zone,
-            "stack_align": X86_64.stack_align, "syscall_insn": X86_64.syscall_insn,
-            "gdb_vector_probe": X86_64.gdb_vector_probe}
+            "stack_align": X86_64.stack_align, "syscall_insn": X86_64.syscall_insn}
 
 
 def control_layout() -> dict:
