@@ -157,6 +157,17 @@ def test_second_memhook_refused_first_unharmed(tmp_path, targets):
     assert target.finish() == 0
 
 
+def late_leak_exact_and_restored(tmp_path, target, exe, before) -> None:
+    """memhook attached while lifecycle.c runs "go": late_leak's 7 x 99 bytes exact, every slot
+    as `before` once memhook has gone, and the target exits cleanly."""
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    report = mh.stop()
+    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
+    assert_restored(target.pid, exe, before)
+    assert target.finish() == 0
+
+
 def test_take_over_from_a_dead_memhook(tmp_path, targets):
     """memhook killed; before the target notices, a new memhook attaches: it takes the hooks
     over (they still point at the same library) and restores everything on detach."""
@@ -165,12 +176,7 @@ def test_take_over_from_a_dead_memhook(tmp_path, targets):
     _, before = slot_values(target.pid, exe)
     killed_once_attached(target.pid, "0.5")
     time.sleep(1.0)  # stale, but no allocation has made the target notice
-    mh = Memhook(target.pid, tmp_path)
-    target.command("go")
-    report = mh.stop()
-    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
-    assert_restored(target.pid, exe, before)
-    assert target.finish() == 0
+    late_leak_exact_and_restored(tmp_path, target, exe, before)
 
 
 def test_take_over_at_once_after_kill_9(tmp_path, targets):
@@ -408,9 +414,4 @@ def test_gdb_without_extended_state(tmp_path, targets, monkeypatch):
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
-    mh = Memhook(target.pid, tmp_path)
-    target.command("go")
-    report = mh.stop()
-    assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
-    assert_restored(target.pid, exe, before)
-    assert target.finish() == 0
+    late_leak_exact_and_restored(tmp_path, target, exe, before)
