@@ -224,6 +224,13 @@ class Lookup:
         return elf
 
 
+def as_reported(frames: list) -> list:
+    """(function, file, line) frames of a batch lookup as reports name them: mangled names
+    demangled (by ours, where a tool's gave up), paths normalized."""
+    return [(demangle(fn) if fn and fn.startswith("_Z") else fn, os.path.normpath(fl), ln)
+            for fn, fl, ln in frames]
+
+
 class LineTool:
     """file:line and inlined calls for many addresses in one run of a system symbolizer:
     llvm-symbolizer (JSON output) or GNU/elfutils addr2line. Much faster than pyelftools on
@@ -276,8 +283,7 @@ class LineTool:
             except (ValueError, KeyError, TypeError):
                 continue
             if frames:  # (a name its demangler gave up on stays mangled: ours tries)
-                found[addr] = [(demangle(fn) if fn and fn.startswith("_Z") else fn,
-                                os.path.normpath(fl), ln) for fn, fl, ln in frames]
+                found[addr] = as_reported(frames)
         return found
 
     @staticmethod
@@ -393,9 +399,7 @@ class ModuleSymbols:
         if self.lines is None:
             return
         for vaddr, frames in self.lines.locate(vaddrs).items():
-            self.located[vaddr] = [(demangle(fn) if fn and fn.startswith("_Z") else fn,
-                                    os.path.normpath(fl) if fl else fl, ln)
-                                   for fn, fl, ln in frames if fl]
+            self.located[vaddr] = as_reported([f for f in frames if f[1]])
 
     def function(self, vaddr: int) -> str | None:
         if any(lo <= vaddr < hi for lo, hi in self.signal_spans):

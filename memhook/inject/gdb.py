@@ -49,14 +49,12 @@ def find_gdb() -> str:
     return gdb
 
 
-def run_agent(request: AttachRequest | DetachRequest | TrimRequest, sse_only=None) -> dict:
+def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
     """Run the agent on `request`; return what it reported. Raises TargetError on failure.
-    sse_only: GDB sees the x87/SSE state alone (gdb_xstate.py); None: where GDB needs it."""
+    Where this processor needs it, GDB sees the x87/SSE state alone (gdb_xstate.py)."""
     params = asdict(request)
     gdb = find_gdb()
-    if sse_only is None:
-        sse_only = gdb_xstate.needs_fpregs()
-    params["sse_only"] = sse_only
+    sse_only = params["sse_only"] = gdb_xstate.needs_fpregs()
     body = resources.files(__package__).joinpath("gdb_agent.py").read_text()
     with tempfile.TemporaryDirectory(prefix="memhook-gdb-") as tmp:  # 0700, root's
         script = os.path.join(tmp, "agent.py")

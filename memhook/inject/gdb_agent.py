@@ -81,6 +81,16 @@ def every_signal_blocked(pid, tid):
     return mask & blockable == blockable
 
 
+def stopped_after_syscall(P, pc):
+    """Whether the selected thread, at `pc`, is stopped right after a system call instruction:
+    blocked in the kernel."""
+    syscall = bytes.fromhex(P["arch"]["syscall_insn"])
+    try:
+        return bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall
+    except gdb.MemoryError:
+        return False
+
+
 def pick_thread(P):
     """A thread that holds no allocator or loader lock, to run dlopen on: one stopped right
     after a syscall instruction (blocked in the kernel), or one running outside libc and the
@@ -90,11 +100,7 @@ def pick_thread(P):
         pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
         if any(lo <= pc < hi for lo, hi in P["loader_text"]):
             continue
-        syscall = bytes.fromhex(P["arch"]["syscall_insn"])
-        try:
-            after_syscall = bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall
-        except gdb.MemoryError:
-            after_syscall = False
+        after_syscall = stopped_after_syscall(P, pc)
         if P["loader_blocks_signals"] and every_signal_blocked(P["pid"], th.ptid[1]):
             continue
         # GDB without the extended state (gdb_xstate.py) puts back no ymm/zmm register after
@@ -108,15 +114,10 @@ def pick_thread(P):
 def quiet_thread(P):
     """For the calls of a detach where GDB puts back no ymm/zmm register (gdb_xstate.py): a
     thread stopped right after a system call instruction, where none is live."""
-    syscall = bytes.fromhex(P["arch"]["syscall_insn"])
     for th in sorted(INF.threads(), key=lambda t: t.num):
         th.switch()
-        pc = int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))
-        try:
-            if bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall:
-                return th
-        except gdb.MemoryError:
-            pass
+        if stopped_after_syscall(P, int(gdb.parse_and_eval(P["arch"]["gdb_pc"]))):
+            return th
     raise RuntimeError("busy: no thread is blocked in the kernel right now")
 
 
