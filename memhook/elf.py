@@ -386,19 +386,38 @@ def scan(pid: int, exe_path: str) -> Layout:
 EMBEDDED_SUPPRESSIONS = "__lsan_default_suppressions"
 
 
+def named_symbols(elf, table: str, names, parts: str = "") -> list[tuple[str, int, int, int]]:
+    """(name, st_value, st_size, st_info) of the symbols of `table` (".dynsym" or ".symtab")
+    that define one of `names`, and, with `parts` (e.g. ".cold"), those named NAME + parts +
+    anything. Found in the string table first (a search of bytes per name) and then in the
+    table as an array: pyelftools' object per symbol costs seconds on a large program."""
+    section = elf.get_section_by_name(table)
+    if section is None or section["sh_entsize"] != ELF64_SYM.itemsize:
+        return []
+    strings = elf.get_section(section["sh_link"]).data()
+    at: dict[int, str] = {}  # string offset -> name (linkers share one string's tail)
+    for name in names:
+        for ending in ((b"\0", parts.encode()) if parts else (b"\0",)):
+            key = name.encode() + ending
+            k = strings.find(key)
+            while k >= 0:
+                at[k] = strings[k:strings.index(b"\0", k)].decode(errors="replace")
+                k = strings.find(key, k + 1)
+    if not at:
+        return []
+    syms = np.frombuffer(section.data(), dtype=ELF64_SYM)
+    keep = np.isin(syms["name"], np.fromiter(at, dtype=np.uint32)) & (syms["shndx"] != 0)
+    return [(at[int(s["name"])], int(s["value"]), int(s["size"]), int(s["info"]))
+            for s in syms[keep]]
+
+
 def _function_value(elf, name: str) -> int:
     """A function the file defines, by .dynsym or .symtab (an executable exports nothing unless
-    linked with -rdynamic): its st_value, or 0. A table is searched only when its strings hold
-    the name (one search of bytes: a large program's .symtab is too long to walk in Python)."""
+    linked with -rdynamic): its st_value, or 0."""
     for table in (".dynsym", ".symtab"):
-        section = elf.get_section_by_name(table)
-        strings = section and elf.get_section(section["sh_link"])
-        # (as a suffix: linkers keep one string for a name that ends another)
-        if not strings or name.encode() + b"\0" not in strings.data():
-            continue
-        for sym in (section.get_symbol_by_name(name) or []) if section else []:
-            if sym["st_shndx"] != "SHN_UNDEF" and sym["st_info"]["type"] == "STT_FUNC":
-                return sym["st_value"]
+        for _, value, _, info in named_symbols(elf, table, [name]):
+            if info & 0xF == STT_FUNC:
+                return value
     return 0
 
 
@@ -406,17 +425,22 @@ def exported_offsets(path: str) -> dict[str, int]:
     """Offsets of memhook's hook functions and control symbols in its library."""
     f, elf = _open_elf(path)
     with f:
-        return {s.name: s["st_value"] for s in elf.get_section_by_name(".dynsym").iter_symbols()
-                if s.name.startswith("memhook_") and s["st_shndx"] != "SHN_UNDEF"}
+        dynsym = elf.get_section_by_name(".dynsym")
+        syms = np.frombuffer(dynsym.data(), dtype=ELF64_SYM)
+        strings = elf.get_section(dynsym["sh_link"]).data()
+        out = {}
+        for s in syms[syms["shndx"] != 0]:
+            o = int(s["name"])
+            if strings.startswith(b"memhook_", o):
+                out[strings[o:strings.index(b"\0", o)].decode()] = int(s["value"])
+        return out
 
 
 def defined_symbols(path: str, names: set) -> dict[str, int]:
     """Offsets of the named symbols a file's .dynsym defines (the dynamic loader's, for one)."""
     f, elf = _open_elf(path)
     with f:
-        dynsym = elf.get_section_by_name(".dynsym")
-        return {s.name: s["st_value"] for s in (dynsym.iter_symbols() if dynsym else ())
-                if s.name in names and s["st_shndx"] != "SHN_UNDEF"}
+        return {n: value for n, value, _, _ in named_symbols(elf, ".dynsym", names)}
 
 
 def file_build_id(path: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import _native
+from .allocators import STT_FUNC
 
 JMP_LEN = 5                        # E9 rel32: what the entry becomes
 CELL = _native.ENTRY_CELL          # bytes per patched function in the area (segment.h)
@@ -123,19 +124,17 @@ def _symbols(elf, names: set) -> tuple:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
     else the dynamic one, sized by .eh_frame where the symbol has no size; and name ->
     [(address, size)] of their split-off `name.cold` parts."""
+    from .elf import named_symbols
     out, parts = {}, {}
     for sec_name in (".symtab", ".dynsym"):
-        sec = elf.get_section_by_name(sec_name)
-        if sec is None:
-            continue
-        for sym in sec.iter_symbols():
-            if sym["st_shndx"] == "SHN_UNDEF" or sym["st_info"]["type"] != "STT_FUNC":
+        for name, value, size, info in named_symbols(elf, sec_name, names,
+                                                     ".cold" if sec_name == ".symtab" else ""):
+            if info & 0xF != STT_FUNC:
                 continue
-            if sym.name in names and sym.name not in out:
-                out[sym.name] = (sym["st_value"], sym["st_size"])
-            base, dot, rest = sym.name.partition(".")
-            if dot and base in names and rest.startswith("cold") and sec_name == ".symtab":
-                parts.setdefault(base, []).append((sym["st_value"], sym["st_size"]))
+            if name in names:
+                out.setdefault(name, (value, size))
+            else:  # name.cold...
+                parts.setdefault(name.partition(".")[0], []).append((value, size))
     unsized = {at for at, size in out.values() if not size}
     if unsized:  # (hand-written assembly often says no size: its call-frame entry does)
         fde = _fde_sizes(elf, unsized)

@@ -16,26 +16,27 @@ after=gdb  # by apt in the root: its dependencies fail to configure under deboot
 [ $# -gt 0 ] || set -- bullseye trixie bullseye-bare trixie-bare
 mkdir -p "$cache"
 chmod 0755 "$cache"
-for name in "$@"; do
-  suite=${name%-bare}
+# One root: built in a temporary directory, renamed into place when complete.
+build_root() {
+  local name=$1 suite=${1%-bare} packages root start work
   case $name in
     *-bare) packages=python3,python3-venv ;;
     *) packages=gcc,g++,libc6-dev ;;
   esac
   root=$cache/$name
   if [ "$(cat "$root/.memhook-root" 2>/dev/null)" = "$packages $after" ]; then
-    continue
+    return 0
   fi
   start=$(date +%s)
   echo "roots: building the $name root in $root (debootstrap, a few minutes)"
   work=$(mktemp -d "$cache/.$name.XXXXXX")
   if ! debootstrap --variant=minbase --include="$packages" "$suite" "$work" $mirror \
       > "$work.log" 2>&1; then
-    tail -5 "$work.log"; rm -rf "$work"; exit 1
+    tail -5 "$work.log"; rm -rf "$work" "$work.log"; return 1
   fi
   mount -t proc proc "$work/proc"
   if ! chroot "$work" apt-get install -y -q --no-install-recommends $after > "$work.log" 2>&1; then
-    umount "$work/proc"; tail -5 "$work.log"; rm -rf "$work"; exit 1
+    umount "$work/proc"; tail -5 "$work.log"; rm -rf "$work" "$work.log"; return 1
   fi
   umount "$work/proc"
   chroot "$work" apt-get clean
@@ -44,4 +45,16 @@ for name in "$@"; do
   rm -rf "$root" "$work.log"
   mv "$work" "$root"
   echo "roots: $name ready in $(( $(date +%s) - start )) s"
+}
+
+# The roots side by side: each mostly waits on the mirror and on dpkg, one core at a time.
+pids=()
+for name in "$@"; do
+  build_root "$name" &
+  pids+=($!)
 done
+status=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || status=1
+done
+exit $status

@@ -25,6 +25,10 @@ command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
 [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a ] || missing+=(libgoogle-perftools-dev)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so ] || missing+=(libmimalloc-dev)
 command -v cargo >/dev/null || missing+=(cargo)
+# For the wheels (scripts/wheels.sh): elfutils' build generates code with m4, bison and flex.
+if [ "${1:-}" = --tests ]; then
+  for tool in m4 bison flex; do command -v $tool >/dev/null || missing+=($tool); done
+fi
 # For the tests of other glibcs: Debian root file systems (scripts/roots.sh).
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 # For the test of the HTML report as a browser shows it.
@@ -39,42 +43,56 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 
-# For the OTLP tests (scripts/test.sh passes --tests): an OpenTelemetry Collector built once
-# with the Collector Builder from the Go module proxy (about two minutes), kept in .venv/otelcol.
+# With --tests, what only the test suite needs is built side by side with memhook itself (most of
+# it waits on the network or on one core): each job logs to .venv/setup-JOB.log, and set-up
+# fails, with the log's end, if any job fails.
+declare -A jobs=()
+job() {  # job NAME COMMAND...: run in the background, timed
+  local name=$1; shift
+  ( t0=$SECONDS; "$@" && rc=0 || rc=$?; echo "setup: $name: exit $rc after $(( SECONDS - t0 )) s"; exit $rc ) \
+    > ".venv/setup-$name.log" 2>&1 &
+  jobs[$name]=$!
+}
+
+# For the OTLP tests: an OpenTelemetry Collector built once with the Collector Builder from the Go
+# module proxy (about two minutes), kept in .venv/otelcol.
 otelcol=.venv/otelcol/otelcol-memhook
 go=$(command -v go || echo /usr/local/go/bin/go)
-if [ "${1:-}" = --tests ] && [ ! -x "$otelcol" ]; then
-  if [ -x "$go" ]; then
-    echo "setup: building the OpenTelemetry Collector for the OTLP tests"
-    mkdir -p .venv/otelcol
-    GOBIN="$PWD/.venv/otelcol" "$go" install go.opentelemetry.io/collector/cmd/builder@v0.165.0
-    sed "s|^dist:|dist:\n  output_path: $PWD/.venv/otelcol/build|" scripts/otelcol-builder.yaml \
-      > .venv/otelcol/builder.yaml
-    .venv/otelcol/builder --config .venv/otelcol/builder.yaml > .venv/otelcol/build.log 2>&1 \
-      || { tail -20 .venv/otelcol/build.log; exit 1; }
-    cp .venv/otelcol/build/otelcol-memhook "$otelcol"
-  else
-    echo "setup: no Go toolchain: the OTLP tests will be skipped"
+build_otelcol() {
+  mkdir -p .venv/otelcol
+  GOBIN="$PWD/.venv/otelcol" "$go" install go.opentelemetry.io/collector/cmd/builder@v0.165.0 &&
+  sed "s|^dist:|dist:\n  output_path: $PWD/.venv/otelcol/build|" scripts/otelcol-builder.yaml \
+    > .venv/otelcol/builder.yaml &&
+  .venv/otelcol/builder --config .venv/otelcol/builder.yaml &&
+  cp .venv/otelcol/build/otelcol-memhook "$otelcol"
+}
+if [ "${1:-}" = --tests ]; then
+  if [ -x "$otelcol" ]; then :
+  elif [ -x "$go" ]; then job otelcol build_otelcol
+  else echo "setup: no Go toolchain: the OTLP tests will be skipped"
   fi
-fi
-# For the tests of other glibcs (tests/integration/test_libcs.py): Debian 11 and 13 roots, built
-# once (under a minute each here) and cached in /var/cache/memhook-roots.
-if [ "${1:-}" = --tests ]; then
-  as_root scripts/roots.sh
-fi
-# For the wheel tests (tests/unit/test_wheel_contents.py, tests/integration/test_wheels.py): a
-# wheel for each CPython 3.9-3.13, built by scripts/wheels.sh (its static elfutils built once,
-# about three minutes, then cached; then about 20 s a wheel).
-if [ "${1:-}" = --tests ]; then
-  scripts/wheels.sh
-fi
-# For the Rust tests (tests/integration/test_allocators.py): tests/targets/rust_leaks built once
-# (its crates fetched by cargo, about a minute), kept in /var/cache/memhook-rust.
-if [ "${1:-}" = --tests ]; then
-  echo "setup: building the Rust test targets"
-  CARGO_TARGET_DIR=/var/cache/memhook-rust/target cargo build -q --release --locked \
+  # For the tests of other glibcs and of the wheels on bare hosts: Debian 11 and 13 roots, built
+  # once (a few minutes) and cached in /var/cache/memhook-roots.
+  job roots as_root scripts/roots.sh
+  # For the wheel tests: a wheel for each CPython 3.9-3.13 (scripts/wheels.sh; its static
+  # elfutils built once, about three minutes, then cached; then about 20 s a wheel).
+  job wheels scripts/wheels.sh
+  # For the Rust tests (tests/integration/test_allocators.py): tests/targets/rust_leaks built once
+  # (its crates fetched by cargo, about a minute), kept in /var/cache/memhook-rust.
+  job rust env CARGO_TARGET_DIR=/var/cache/memhook-rust/target cargo build -q --release --locked \
     --manifest-path tests/targets/rust_leaks/Cargo.toml
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q ".[test]"
 echo "setup: memhook installed in .venv ($(.venv/bin/memhook --version))"
+failed=0
+for name in "${!jobs[@]}"; do
+  if wait "${jobs[$name]}"; then
+    tail -1 ".venv/setup-$name.log"
+  else
+    echo "setup: $name failed; the end of .venv/setup-$name.log:" >&2
+    tail -20 ".venv/setup-$name.log" >&2
+    failed=1
+  fi
+done
+exit $failed

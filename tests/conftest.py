@@ -66,8 +66,13 @@ class Lines:
 class Target:
     """A command-driven test target (tests/targets/harness.h)."""
 
-    def __init__(self, exe: Path, *args, cwd=None, user=None, argv=None):
-        self.proc = subprocess.Popen(argv or [str(exe), *map(str, args)], stdin=subprocess.PIPE,
+    def __init__(self, exe: Path, *args, cwd=None, user=None, argv=None, nice=0):
+        # nice: a busy target that must not starve memhook (its threads still run whenever
+        # memhook waits); nice(1) execs the target, whose pid is the same.
+        argv = argv or [str(exe), *map(str, args)]
+        if nice:
+            argv = ["nice", "-n", str(nice), *argv]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
                                      cwd=cwd or exe.parent, user=user, group=user and "nogroup")
         self.lines = Lines(self.proc.stdout)

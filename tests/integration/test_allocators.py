@@ -235,7 +235,7 @@ def test_threads_through_200_attach_detach_cycles(tmp_path, linked_jemalloc, tar
     detaches 200 times: the target never crashes, every session counts what it saw (at most one
     block per thread in flight at either end), every entry is put back each time."""
     exe = linked_jemalloc
-    target = targets(exe, "threads")
+    target = targets(exe, "threads", nice=19)  # (as test_200_attach_detach_cycles: not starved)
     for cycle, session in short_sessions(target.pid, 200, longest_s=0.02, seed=11):
         t = session.consumer.totals()
         assert not (session.detach_error or session.not_restored or session.abandoned), cycle

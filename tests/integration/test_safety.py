@@ -81,7 +81,7 @@ def test_attach_while_threads_hold_allocator_locks(tmp_path, targets):
     and again while they run; the target keeps allocating throughout, and every session sees
     its traffic. (That no thread holding an arena lock is picked for dlopen is not proven
     here: glibc's tcache makes that deadlock rare; see the issue 5 notes.)"""
-    target = targets(build(tmp_path, "spinner.c"), 2)
+    target = targets(build(tmp_path, "spinner.c"), 2, nice=19)  # memhook not starved by it
     last = 0
     for _ in range(12):
         mh = Memhook(target.pid, tmp_path)
@@ -109,7 +109,7 @@ def test_no_thread_left_unseen_by_later_sessions(tmp_path, targets):
 
     from memhook.capture import EVENT_DTYPE
     from memhook.session import Options, Session
-    target = targets(build(tmp_path, "spinner.c"), 2)
+    target = targets(build(tmp_path, "spinner.c"), 2, nice=19)  # memhook not starved by it
     for cycle, session in short_sessions(target.pid, 150, longest_s=0.03, seed=5,
                                          while_attached=lambda: progressed(target)):
         assert session.consumer.totals()["alloc_count"] > 0, cycle

@@ -25,7 +25,9 @@ def segment_mappings(pid: int) -> tuple[int, int]:
 def test_200_attach_detach_cycles(tmp_path, targets):
     from memhook.session import Options, Session
     exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
-    target = targets(exe)
+    # Its eight threads keep both cores busy whenever memhook waits (on GDB, on the target):
+    # nice 19 keeps them from starving memhook's own work, 2 s a cycle otherwise.
+    target = targets(exe, nice=19)
     _, before = slot_values(target.pid, exe)
     rng = random.Random(7)
     for cycle in range(200):
@@ -56,7 +58,7 @@ def test_memhook_killed_at_random_moments(tmp_path, targets):
     """SIGKILL while memhook scans, injects, traces or detaches: the target survives, unhooks
     itself, and is attached again at the end with exact numbers."""
     exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
-    target = targets(exe)
+    target = targets(exe, nice=19)  # (as test_200_attach_detach_cycles: not starved)
     _, before = slot_values(target.pid, exe)
     rng = random.Random(11)
     for _ in range(25):
