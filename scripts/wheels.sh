@@ -133,9 +133,10 @@ cp "$repo/build/wheel-hooks/musl/libmemhook_hook.so" "$hooks/musl/"
 rm -rf "$out"; mkdir -p "$out"
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
-for v in "$@"; do
+build_wheel() {
+  local v=$1 base t0 py
   base=$(ls -d /root/.pyenv/versions/"$v".*/bin/python3 2>/dev/null | sort -V | tail -1)
-  [ -x "$base" ] || { echo "wheels: no CPython $v in /root/.pyenv/versions" >&2; exit 1; }
+  [ -x "$base" ] || { echo "wheels: no CPython $v in /root/.pyenv/versions" >&2; return 1; }
   t0=$(date +%s)
   # A current pip (build settings), in a venv of that interpreter's own.
   [ -x "$cache/py$v/bin/python" ] || "$base" -m venv "$cache/py$v"
@@ -145,12 +146,27 @@ for v in "$@"; do
     -Cbuild-dir="build/wheel-{wheel_tag}" \
     -Ccmake.define.MEMHOOK_ELFUTILS="$elfutils" -Ccmake.define.MEMHOOK_PREBUILT_HOOKS="$hooks" \
     -Ccmake.define.CMAKE_AR="$bin/zig-ar" -Ccmake.define.CMAKE_RANLIB="$bin/zig-ranlib" \
-    > "$raw/$v.log" 2>&1 || { tail -30 "$raw/$v.log"; exit 1; }
+    > "$raw/$v.log" 2>&1 || { tail -30 "$raw/$v.log"; return 1; }
   # libc.so: the musl hook library's one need, which is the target's and never the host's.
   PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat $plat --exclude libc.so -w "$out" "$raw/$v"/*.whl \
-    > "$raw/$v.audit.log" 2>&1 || { cat "$raw/$v.audit.log"; exit 1; }
+    > "$raw/$v.audit.log" 2>&1 || { cat "$raw/$v.audit.log"; return 1; }
   log "CPython $v: $(basename "$out"/*-cp"${v/./}"-*.whl) in $(( $(date +%s) - t0 )) s"
+}
+# As many wheels at once as there are cores (each compile is one core's work).
+running=0 failed=0
+for v in "$@"; do
+  if [ $running -ge "$(nproc)" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  build_wheel "$v" &
+  running=$((running + 1))
 done
+while [ $running -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+[ $failed = 0 ] || exit 1
 
 # What is injected into targets leaves auditwheel as it was built.
 for whl in "$out"/*.whl; do
