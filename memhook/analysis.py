@@ -50,7 +50,7 @@ def stack_series(cap: Capture) -> tuple[np.ndarray, dict]:
     at = np.asarray(s.get("stk_time_s", []), np.float64)
     vals = np.asarray(s.get("stk_bytes", []), np.float64)
     out = {}
-    for stack in np.unique(ids):
+    for stack in sorted(set(ids.tolist())):  # (np.unique imports numpy.ma: 14 ms a report)
         mine = ids == stack
         idx = np.searchsorted(at[mine], times, side="right") - 1
         out[int(stack)] = np.where(idx >= 0, vals[mine][np.maximum(idx, 0)], 0.0)

@@ -8,35 +8,22 @@ dlopen hook counts it (Session.poll_loads).
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-from . import _native
+from . import _native, disk_cache
 
 CACHE_VERSION = 5  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
 # 5: rows from an .eh_frame without its search table, and the count of exported functions
+CACHE_BOUND = 256 << 20  # bytes of rows kept on disk, the least recently used dropped first
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
 
 
 def cache_dir() -> str | None:
-    """~/.cache/memhook/unwind (or $XDG_CACHE_HOME's), created owner-only; None when it exists
-    but is not ours alone (then nothing is cached)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "memhook", "unwind")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        return None
-    return path
+    """~/.cache/memhook/unwind, owner-only (disk_cache.py)."""
+    return disk_cache.cache_dir("unwind")
 
 
 @dataclass
@@ -48,35 +35,22 @@ class ObjectRows:
 
 
 def _read_cached(directory: str, key: str) -> ObjectRows | None:
-    try:
-        fd = os.open(os.path.join(directory, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    data = disk_cache.read(directory, key)
+    if data is None:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            return None
-        head = f.readline(4096)
-        try:
-            info = json.loads(head)
-        except ValueError:
-            return None
-        rows = f.read()
-        if info.get("version") != CACHE_VERSION or len(rows) != info.get("bytes"):
-            return None
-        return ObjectRows("", rows, info, True)
+    head, _, rows = data.partition(b"\n")
+    try:
+        info = json.loads(head)
+    except ValueError:
+        return None
+    if info.get("version") != CACHE_VERSION or len(rows) != info.get("bytes"):
+        return None
+    return ObjectRows("", rows, info, True)
 
 
 def _write_cached(directory: str, key: str, rows: bytes, info: dict) -> None:
     head = json.dumps({**info, "version": CACHE_VERSION, "bytes": len(rows)}).encode() + b"\n"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head + rows)
-        os.replace(tmp, os.path.join(directory, key))
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    disk_cache.write(directory, key, head + rows, CACHE_BOUND)
 
 
 def rows_for(file: str, build_id: str, directory: str | None) -> ObjectRows:

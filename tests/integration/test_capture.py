@@ -301,3 +301,44 @@ def test_unusable_debug_dir_and_sysroot(tmp_path, captured_once):
         proc = run_memhook("report", cap, *args)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
+
+
+def test_symbols_cached_until_a_debug_file_appears(tmp_path, targets):
+    """A report keeps each module's symbols on disk (~/.cache/memhook/symbols, owner-only); the
+    next report of the capture reads neither the binary nor its debug file, and one made after
+    a debug file appeared where memhook looks for it uses that file."""
+    exe = build(tmp_path, "lifecycle.c", name="stripped")
+    debug = tmp_path / "stripped.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(exe), str(debug)], check=True)
+    subprocess.run(["strip", "--strip-all", str(exe)], check=True)
+    subprocess.run(["objcopy", f"--add-gnu-debuglink={debug}", str(exe)], check=True, cwd=tmp_path)
+    hidden = debug.rename(tmp_path / "hidden")
+    target = targets(exe, "/nonexistent.so")
+    mh = Memhook(target.pid, tmp_path)
+    target.command("go")
+    mh.stop()
+    assert target.finish() == 0
+
+    def traced_report() -> tuple[dict, str]:
+        log = tmp_path / "strace.log"
+        out = tmp_path / "report.json"
+        subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(log),
+                        *memhook_cmd("report", mh.capture, "--format", "json", "-o", str(out))],
+                       check=True, cwd="/")
+        return json.loads(out.read_text()), log.read_text()
+
+    without, _ = traced_report()
+    leak = next(s for s in without["sites"] if s["outstanding_bytes"] == LATE_LEAK)
+    assert leak["frames"][0]["file"] is None  # no debug file: no line, and no name in .symtab
+    hidden.rename(debug)
+    with_debug, opened = traced_report()
+    assert f'"{debug}"' in opened  # the cache noticed the file that appeared
+    f0 = site(with_debug, "late_leak")["frames"][0]
+    assert f0["file"].endswith("lifecycle.c") and f0["line"] > 0
+    again, opened = traced_report()
+    assert f'"{debug}"' not in opened and f'"{exe}"' not in opened, opened
+    assert again["sites"] == with_debug["sites"]
+    cache = os.path.expanduser("~/.cache/memhook/symbols")
+    entries = [e for e in os.listdir(cache) if e.startswith(build_id(exe))]
+    assert entries and os.stat(cache).st_mode & 0o777 == 0o700
+    assert all(os.stat(os.path.join(cache, e)).st_mode & 0o777 == 0o600 for e in entries)

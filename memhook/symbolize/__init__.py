@@ -25,10 +25,9 @@ from functools import lru_cache
 
 import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
-from elftools.elf.elffile import ELFFile
 
-from . import _native, module_files, unwind_tables
-from .elf import build_id
+from .. import _native, module_files, unwind_tables
+from . import symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
@@ -137,6 +136,7 @@ def cxa_demangle(mangled: str) -> str | None:
 def _open(path: str):
     f = open(path, "rb")
     try:
+        from elftools.elf.elffile import ELFFile  # (not imported for a report the cache answers)
         return ELFFile(f)
     except ELFError:
         f.close()
@@ -166,9 +166,15 @@ class Lookup:
     def _dirs(self) -> list:
         return [*self.debug_dirs, SYSTEM_DEBUG_DIR]
 
-    def find(self, module: dict):
-        """(binary ELF or None, debug ELF or None, problem or "") for a capture module record."""
+    def find(self, module: dict, considered: list | None = None):
+        """(binary ELF or None, debug ELF or None, problem or "") for a capture module record;
+        every path looked at is added to `considered` (symbol_cache.py checks them again)."""
         want = module.get("build_id") or ""
+        trusted = self._trusted
+        if considered is not None:
+            def trusted(path, *args, **kw):
+                considered.append(path)
+                return self._trusted(path, *args, **kw)
         path = module["path"].replace(" (deleted)", "")
         problems = []
         binary = None
@@ -178,15 +184,15 @@ class Lookup:
         if want:
             candidates.append((module_files.stored_path(want), True))
         for cand, quiet in candidates:
-            elf = self._trusted(cand, want, problems, quiet_missing=quiet)
+            elf = trusted(cand, want, problems, quiet_missing=quiet)
             if elf is not None:
                 binary = elf
                 break
         debug = None
         if want:
             for d in self._dirs():
-                debug = self._trusted(os.path.join(d, ".build-id", want[:2], want[2:] + ".debug"),
-                                      want, problems, quiet_missing=True)
+                debug = trusted(os.path.join(d, ".build-id", want[:2], want[2:] + ".debug"),
+                                want, problems, quiet_missing=True)
                 if debug is not None:
                     break
         if debug is None and binary is not None:
@@ -198,7 +204,7 @@ class Lookup:
                            for d in self._dirs()]
                 places += [os.path.join(d, link) for d in self._dirs()]
                 for p in places:
-                    debug = self._trusted(p, want, problems, quiet_missing=True)
+                    debug = trusted(p, want, problems, quiet_missing=True)
                     if debug is not None:
                         break
         if binary is None and debug is None:
@@ -216,6 +222,7 @@ class Lookup:
         except ELF_ERRORS as e:
             problems.append(f"{path}: not readable as ELF ({type(e).__name__})")
             return None
+        from ..elf import build_id
         have = build_id(elf)
         if want and have != want:
             problems.append(f"{path}: build-id {have or 'missing'}, capture has {want}")
@@ -322,6 +329,7 @@ def _unwind_facts(binary):
     to __libc_start_main when main has no symbol ((0, 0) if none), and the signal trampoline's
     spans ([start, end) pairs, the byte before it included)."""
     try:
+        from ..elf import build_id
         r = unwind_tables.rows_for(binary.stream.name, build_id(binary), unwind_tables.cache_dir())
     except (OSError, RuntimeError):
         return (0, 0), []
@@ -334,15 +342,26 @@ def _unwind_facts(binary):
 ENTRY_STUB = 64  # bytes of an unnamed entry point's code taken as "_start" (RTLD_START's: 61)
 
 
-def _name_the_entry(binary, funcs: dict) -> None:
+def _entry_stub(binary, starts, ends) -> tuple | None:
     """An object whose entry point no symbol covers (the dynamic loader stripped of .symtab,
     where every constructor's stack starts) gets "_start" there, as gdb names it: up to the
-    next symbol, at most ENTRY_STUB bytes."""
+    next symbol, at most ENTRY_STUB bytes. (start, end, "_start"), or None."""
     entry = binary.header["e_entry"]
-    if not entry or any(a <= entry < a + f[1] for a, f in funcs.items()):
-        return
-    after = min((a for a in funcs if a > entry), default=entry + ENTRY_STUB)
-    funcs[entry] = ((3, False, 6), min(after - entry, ENTRY_STUB), "_start")
+    if not entry or np.any((starts <= entry) & (entry < ends)):
+        return None
+    i = int(np.searchsorted(starts, entry, side="right"))
+    after = int(starts[i]) if i < len(starts) else entry + ENTRY_STUB
+    return entry, entry + min(after - entry, ENTRY_STUB), "_start"
+
+
+def _with(starts, ends, names: list, extra: tuple):
+    """The table with (start, end, name) in it, in place of any function at that start."""
+    keep = starts != extra[0]
+    at = int(np.searchsorted(starts[keep], extra[0]))
+    names = [n for n, k in zip(names, keep.tolist()) if k] if not keep.all() else list(names)
+    names.insert(at, extra[2])
+    return (np.insert(starts[keep], at, np.uint64(extra[0])),
+            np.insert(ends[keep], at, np.uint64(extra[1])), names)
 
 
 def without_root_marker(frames: list) -> list:
@@ -361,18 +380,17 @@ class ModuleSymbols:
 
     def __init__(self, binary, debug, native_lines: bool = True):
         files = [elf.stream.name for elf in (debug, binary) if elf is not None]
+        # (sorted by start, one name per start: module_symbols.h)
         starts, ends, names = _native.function_table(files)
-        funcs = {a: (None, e - a, n) for a, e, n in zip(starts.tolist(), ends.tolist(), names)}
         self.signal_spans = []
         if binary is not None:
             (lo, hi), self.signal_spans = _unwind_facts(binary)
             if lo and "main" not in names:
-                funcs[lo] = (None, hi - lo, "main")
-            _name_the_entry(binary, funcs)
-        order = sorted(funcs)
-        self.starts = np.array(order, dtype=np.uint64)
-        self.ends = np.array([a + funcs[a][1] for a in order], dtype=np.uint64)
-        self.names = [funcs[a][2] for a in order]
+                starts, ends, names = _with(starts, ends, names, (lo, hi, "main"))
+            stub = _entry_stub(binary, starts, ends)
+            if stub:
+                starts, ends, names = _with(starts, ends, names, stub)
+        self.starts, self.ends, self.names = starts, ends, names
         self.dwarf = None
         self.dwarf_path = None  # the file that holds the DWARF, for a LineTool
         self.lines = None       # its native reader
@@ -393,10 +411,40 @@ class ModuleSymbols:
         self._units: dict = {}
         self._cu_ranges = None
         self.located: dict = {}  # vaddr -> frames, from a batch (native or a LineTool's)
+        self.considered = None   # [[path, signature]] when kept in symbol_cache
+        self.stored = -1         # len(located) when last kept there
+
+    @classmethod
+    def from_entry(cls, entry: "symbol_cache.Entry") -> "ModuleSymbols":
+        """From the cache on disk: the DWARF file opened only for an address not placed yet."""
+        self = cls.__new__(cls)
+        self.starts, self.ends, self.names = entry.starts, entry.ends, entry.names
+        self.signal_spans = entry.signal_spans
+        self.dwarf = self.lines = None
+        self.dwarf_path = entry.dwarf_path
+        self._units, self._cu_ranges = {}, None
+        self.located = entry.located
+        self.considered, self.stored = entry.considered, len(entry.located)
+        return self
+
+    def entry(self) -> "symbol_cache.Entry":
+        return symbol_cache.Entry(self.starts, self.ends, self.names, self.signal_spans,
+                                  self.dwarf_path, self.located, self.considered)
+
+    def _open_lines(self) -> bool:
+        """The native DWARF reader, opened now if this came from the cache."""
+        if self.lines is None and self.considered is not None and self.dwarf_path:
+            lines = _native.DwarfLines(self.dwarf_path)
+            if lines.ok:
+                self.lines = lines
+            else:
+                self.dwarf_path = None
+        return self.lines is not None
 
     def locate_many(self, vaddrs: list) -> None:
         """Look many addresses up natively at once (frames as LineTool gives them)."""
-        if self.lines is None:
+        vaddrs = [a for a in vaddrs if a not in self.located]
+        if not vaddrs or not self._open_lines():
             return
         for vaddr, frames in self.lines.locate(vaddrs).items():
             self.located[vaddr] = as_reported([f for f in frames if f[1]])
@@ -442,7 +490,7 @@ class ModuleSymbols:
         """[(function or None, file, line)] innermost first; [] without DWARF for vaddr."""
         if vaddr in self.located:
             return self.located[vaddr]
-        if self.lines is not None:
+        if self._open_lines():
             self.locate_many([vaddr])
             return self.located.setdefault(vaddr, [])
         if self.dwarf is None:
@@ -607,13 +655,19 @@ class Symbolizer:
     def _module_symbols(self, module: dict):
         key = (module["path"], module.get("build_id"))
         if key not in self._symbols:
-            binary, debug, problem = self.lookup.find(module)
-            syms = None
-            if not problem:
-                try:
-                    syms = ModuleSymbols(binary, debug, self.native_lines)
-                except ELF_ERRORS as e:
-                    problem = f"unreadable symbols ({type(e).__name__})"
+            cached = self.native_lines and self.line_tool is None
+            entry = symbol_cache.load(module, self.lookup) if cached else None
+            syms, problem = (ModuleSymbols.from_entry(entry), "") if entry else (None, "")
+            if syms is None:
+                considered: list = []
+                binary, debug, problem = self.lookup.find(module, considered)
+                if not problem:
+                    try:
+                        syms = ModuleSymbols(binary, debug, self.native_lines)
+                    except ELF_ERRORS as e:
+                        problem = f"unreadable symbols ({type(e).__name__})"
+                if syms is not None and cached:
+                    syms.considered = [[p, symbol_cache.signature(p)] for p in considered]
             self._symbols[key] = (syms, problem)
         syms, problem = self._symbols[key]
         if problem:
@@ -638,6 +692,9 @@ class Symbolizer:
             syms = self._module_symbols(m)
             if syms is not None and self.line_tool is None:
                 syms.locate_many(vaddrs)
+                if syms.considered is not None and syms.stored != len(syms.located):
+                    symbol_cache.store(m, self.lookup, syms.entry())
+                    syms.stored = len(syms.located)
             elif syms is not None and syms.dwarf_path:
                 if loud:
                     print(f"\rmemhook: symbolizing {len(vaddrs)} addresses in "
