@@ -45,7 +45,9 @@ class RingReader {
       bool blocked = false;
       for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, &blocked);
       total += n;
-      if (n && blocked && ++passes < 64) continue;  // what was applied may unblock a ring
+      // What was applied may unblock a ring: go round again (a running drain at most 64 times,
+      // the next drain goes on; the final one until nothing moves, or what is left is lost).
+      if (n && blocked && (final || ++passes < 64)) continue;
       if (n) break;
       // No ring can move. Only the final drain gives up a dependency (the oldest-numbered
       // blocked ring's), since nothing more will be published.
