@@ -110,6 +110,11 @@ void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
 // Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
 // taken over; its cursors carry on, so nothing already written is lost.
 __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
+  // Every ring held by a live thread at this thread's last try: try again only every 64th event
+  // (a try costs a signal-0 syscall per ring; a crowd of threads beyond the rings spent most
+  // of its time there). Its events meanwhile are dropped and counted.
+  if (t.unclaimed_generation == g_session.generation && (++t.unclaimed_events & 63) != 0)
+    return nullptr;
   t.ring = nullptr;
   t.generation = 0;
   t.tid = (uint32_t)syscall(SYS_gettid);
@@ -133,10 +138,16 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
       got = r, no = i + 1;
   }
   if (got) {
-    // Fault the ring in now, once, rather than a page at a time inside later hooks.
-    // madvise wants a page-aligned start; rings are not (each has a 128-byte header).
-    const uintptr_t lo = (uintptr_t)got & ~uintptr_t(4095);
-    madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
+    // Fault the ring in now, once a session, rather than a page at a time inside later hooks
+    // (a ring taken over from a thread that exited is in already: walking its 4 MiB of page
+    // tables again cost each new thread of a short-lived crowd tens of microseconds). One
+    // syscall per claim, never per event: a thread stopped inside a syscall is one GDB may
+    // call on. madvise wants a page-aligned start; rings are not (a 128-byte header each).
+    if (__atomic_load_n(&g_ring_populated[no - 1], __ATOMIC_RELAXED) != g_session.generation) {
+      const uintptr_t lo = (uintptr_t)got & ~uintptr_t(4095);
+      madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
+      __atomic_store_n(&g_ring_populated[no - 1], g_session.generation, __ATOMIC_RELAXED);
+    }
     t.ring = got;
     t.data = (uint8_t*)(got + 1);
     // The recent stacks were another thread's (or none): forget them. The consumer learns an
@@ -153,6 +164,9 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.until_check = kCheckEvery;
     t.generation = g_session.generation;  // only a claimed ring makes the fast path valid
     write_marker(t, header(kThread, 0, 0, t.tid), 0, 1);
+  } else {
+    t.unclaimed_generation = g_session.generation;
+    t.unclaimed_events = 0;
   }
   return got;
 }

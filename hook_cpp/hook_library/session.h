@@ -14,6 +14,7 @@ uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look
 bool g_size_filter;      // --min-size / --max-size given
 uintptr_t g_main_stack_lo, g_main_stack_hi;
+uint32_t g_ring_populated[kMaxRings];  // the generation whose claim faulted each ring in
 
 }  // namespace
 

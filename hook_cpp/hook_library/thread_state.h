@@ -30,6 +30,8 @@ struct ThreadState {
   uint32_t sample_generation;
   uint32_t tid;
   uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
+  uint32_t unclaimed_generation;  // the session in which this thread found every ring taken
+  uint32_t unclaimed_events;      // its events since (claim_ring tries again every 64th)
 };
 }  // namespace memhook
 
