@@ -6,7 +6,8 @@ own recording (`heaptrack_print`, `memhook report`, text and HTML).
 Prints, per measure, the median and the spread (min-max) over the repeats, and the ratios the
 issue sets bars on: memhook run / heaptrack end to end (bar 1.5x), the program's own time under
 memhook / alone (bar 2x), memhook report / heaptrack_print (bar 1x), and each tool's peak RSS
-(the largest process of its tree: wait4's ru_maxrss).
+(the largest process of its tree: wait4's ru_maxrss; under `memhook run` that is the program,
+whose RSS holds the rings it wrote into, so memhook's own process is read apart, from VmHWM).
 
     sudo .venv/bin/python benchmarks/versus_heaptrack.py [--repeats 5] [--threads 400]
 """
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,10 +28,27 @@ from driver import build
 MEMHOOK = [sys.executable, "-m", "memhook"]
 
 
-def timed(cmd, **kw) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in KiB of the command's process tree, its standard error."""
+def own_peak(pid: int, peak: list) -> None:
+    """The process's own peak RSS (VmHWM, KiB), read until it is gone, into peak[0]."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError):
+            return
+        peak[0] = max(peak[0], hwm)
+        time.sleep(0.002)
+
+
+def timed(cmd, own=None, **kw) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS in KiB of the command's process tree, its standard error; with
+    `own` (a list), the command's own process's peak RSS in own[0]."""
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+    if own is not None:
+        own[:] = [0]
+        watcher = threading.Thread(target=own_peak, args=(p.pid, own), daemon=True)
+        watcher.start()
     err = p.stderr.read()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.monotonic() - t0
@@ -75,10 +94,13 @@ def main():
                 add("heaptrack_print, s", wall)
                 add("heaptrack_print, peak RSS MiB", rss / 1024)
             else:
-                wall, rss, err = timed([*MEMHOOK, "run", "--no-live", "-o", str(out), "--", *prog])
+                own = []
+                wall, rss, err = timed([*MEMHOOK, "run", "--no-live", "-o", str(out), "--", *prog],
+                                       own=own)
                 add("memhook run, s", wall)
                 add("program under memhook, own s", own_time(err))
-                add("memhook run, peak RSS MiB", rss / 1024)
+                add("memhook run, peak RSS MiB (largest process)", rss / 1024)
+                add("memhook run, memhook's own peak RSS MiB", own[0] / 1024)
                 for fmt in ("text", "html"):
                     wall, rss, _ = timed([*MEMHOOK, "report", str(out), "--format", fmt,
                                           "-o", str(tmp / f"r{i}.{fmt}")])

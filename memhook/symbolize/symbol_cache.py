@@ -22,6 +22,7 @@ from .. import disk_cache
 
 VERSION = 1
 BOUND = 256 << 20  # bytes on disk, the least recently used entries dropped first
+MAX_LOCATED = 200_000  # placed addresses kept per module (an entry is read whole per report)
 
 
 def _name(module: dict, lookup) -> str | None:
@@ -78,7 +79,8 @@ def store(module: dict, lookup, entry: Entry) -> None:
     meta = {"version": VERSION, "considered": entry.considered,
             "signal_spans": [list(s) for s in entry.signal_spans],
             "dwarf_path": entry.dwarf_path,
-            "located": [[a, [list(f) for f in frames]] for a, frames in entry.located.items()]}
+            "located": [[a, [list(f) for f in frames]] for a, frames in
+                        list(entry.located.items())[:MAX_LOCATED]]}
     out = io.BytesIO()
     np.savez(out, starts=entry.starts, ends=entry.ends,
              names=np.frombuffer("\0".join(entry.names).encode(), dtype=np.uint8),
