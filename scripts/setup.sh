@@ -47,9 +47,10 @@ fi
 # it waits on the network or on one core): each job logs to .venv/setup-JOB.log, and set-up
 # fails, with the log's end, if any job fails.
 declare -A jobs=()
-job() {  # job NAME COMMAND...: run in the background, timed
-  local name=$1; shift
-  ( t0=$SECONDS; "$@" && rc=0 || rc=$?; echo "setup: $name: exit $rc after $(( SECONDS - t0 )) s"; exit $rc ) \
+job() {  # job NAME COMMAND...: run in the background, timed; all but the wheels (the longest,
+  local name=$1; shift  # elfutils first) at nice 10, so that they take the cores the wheels leave
+  ( [ "$name" = wheels ] || renice -n 10 -p $BASHPID >/dev/null
+    t0=$SECONDS; "$@" && rc=0 || rc=$?; echo "setup: $name: exit $rc after $(( SECONDS - t0 )) s"; exit $rc ) \
     > ".venv/setup-$name.log" 2>&1 &
   jobs[$name]=$!
 }
@@ -82,8 +83,8 @@ if [ "${1:-}" = --tests ]; then
   job rust env CARGO_TARGET_DIR=/var/cache/memhook-rust/target cargo build -q --release --locked \
     --manifest-path tests/targets/rust_leaks/Cargo.toml
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q ".[test]"
+nice -n 10 .venv/bin/python -m pip install -q --upgrade pip  # (beside the wheels: they go first)
+nice -n 10 .venv/bin/python -m pip install -q ".[test]"
 echo "setup: memhook installed in .venv ($(.venv/bin/memhook --version))"
 failed=0
 for name in "${!jobs[@]}"; do

@@ -93,7 +93,9 @@ def test_failed_dlopen_leaves_nothing_mapped(tmp_path, exe_dir, monkeypatch):
         target.kill()
 
 
-@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
+# Its hogs starve whatever runs beside it (84 s instead of 38, and the other worker's tests
+# with it): it runs with the timed tests, alone.
+@pytest.mark.serial
 def test_busy_host_drops_no_free_into_a_leak(tmp_path, targets):
     """A busy host (issue 19, 2): a thread per core allocating and freeing at full speed, a CPU
     hog pinned to each core, memhook at nice 19 with small rings, so that frees are dropped.
