@@ -40,18 +40,26 @@ class RingReader {
     ns_per_tick_ = ns_per_tick;
     drain_ts_ = drain_ts;
     size_t total = 0, passes = 0;
+    const uint64_t started = monotonic_ns();
     for (;;) {
       size_t n = 0;
       bool blocked = false;
       for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, &blocked);
       total += n;
-      // What was applied may unblock a ring: go round again (a running drain at most 64 times,
-      // the next drain goes on; the final one until nothing moves, or what is left is lost).
-      if (n && blocked && (final || ++passes < 64)) continue;
-      if (n) break;
-      // No ring can move. Only the final drain gives up a dependency (the oldest-numbered
-      // blocked ring's), since nothing more will be published.
-      if (!final || !blocked) break;
+      if (!blocked) break;  // every ring applied as far as published (or as far as ordered)
+      // What was applied may unblock a ring: go round again. A running drain at most 64
+      // times (the next drain goes on); the final one while rings move, for up to kStuckNs
+      // (a pass may apply one event of a long chain between rings: 400 threads' churn once
+      // took minutes), or what is left would be lost.
+      if (!final) {
+        if (n && ++passes < 64) continue;
+        break;
+      }
+      if (n && monotonic_ns() - started < kStuckNs) continue;
+      // The final drain, too slow: what is left is applied in each ring's order without
+      // waiting on the others (counted as unordered). No ring moving: give up a dependency
+      // (the oldest-numbered blocked ring's), since nothing more will be published.
+      if (n) unordered_final_ = true;
       for (uint32_t i = 0; i < ctl_->nrings; i++)
         if (rings_[i].blocked) {
           rings_[i].force = true;
@@ -75,6 +83,7 @@ class RingReader {
 
  private:
   static constexpr uint64_t kStuckNs = 2000000000;
+  bool unordered_final_ = false;  // the final drain gave up ordering (see drain)
 
   struct RingState {
     uint64_t read = 0;     // cursor past the last event applied
@@ -196,7 +205,7 @@ class RingReader {
       if ((kind == kAlloc || kind == kFree || kind == kRealloc || kind == kUnmap) && !rs.force &&
           !(satisfied(aux, index) && satisfied(dep_old, index) &&
             !free_pending(kind, aux, at, rs, index)) &&
-          wait_at(rs, rd)) {
+          (unordered_final_ ? (unordered_++, false) : wait_at(rs, rd))) {
         rs.blocked = *any_blocked = true;
         break;
       }
