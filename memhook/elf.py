@@ -8,6 +8,7 @@ very file the target mapped (even if replaced on disk or in another mount namesp
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import re
@@ -422,7 +423,14 @@ def _function_value(elf, name: str) -> int:
 
 
 def exported_offsets(path: str) -> dict[str, int]:
-    """Offsets of memhook's hook functions and control symbols in its library."""
+    """Offsets of memhook's hook functions and control symbols in its library (read once per
+    file as it is: a session asks at its start, attach and detach)."""
+    st = os.stat(path)
+    return dict(_exported_offsets(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _exported_offsets(path: str, *identity) -> dict[str, int]:
     f, elf = _open_elf(path)
     with f:
         dynsym = elf.get_section_by_name(".dynsym")
