@@ -32,12 +32,14 @@ root=$1; noexec=$2; shift 2
 mount --bind "$root" "$root"
 for d in $noexec; do mount --bind "$root$d" "$root$d"; mount -o remount,bind,noexec "$root$d"; done
 cd "$root"
-mkdir -p .host
-pivot_root . .host
+# (a directory of its own for the old root: several tests enter one root at once, and one's rmdir
+# would take the others' mount point away)
+old=$(mktemp -d "$root/.host-XXXXXXXX"); old=${old#"$root"}
+pivot_root . ".$old"
 mount -t proc proc /proc
 mount -t tmpfs -o mode=1777 shm /dev/shm
-umount -l /.host
-rmdir /.host
+umount -l "$old"
+rmdir "$old"
 exec "$@"
 """
 # chroot with some directories noexec: a mount namespace of its own for those mounts only.
