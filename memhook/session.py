@@ -35,6 +35,8 @@ class Options:
                            # LIBRARY_DIRS not mounted noexec)
     heap_census: bool = True  # walk glibc malloc's heap at attach and detach (heap_census.py)
     follow_forks: bool = False  # --follow-fork: forked children and execs wait for memhook
+    max_wait_s: float = 0.010  # a full ring waits this long for room, then drops (0: at once)
+    lossless: bool = False  # every event may wait so (else one wait per half ring emptied)
 
     @property
     def size_filter(self) -> bool:
@@ -54,6 +56,8 @@ class Options:
             raise ValueError(f"--rings must be between 1 and {_native.MAX_RINGS}")
         if self.sample_rate < 0:
             raise ValueError("--sample-rate must not be negative")
+        if not 0 <= self.max_wait_s <= _native.MAX_WAIT_NS / 1e9:
+            raise ValueError(f"--max-wait must be between 0 and {_native.MAX_WAIT_NS / 1e9:g} s")
 
 
 # Why the hook library or the GDB agent left a planned entry patch unwritten.
@@ -234,7 +238,9 @@ class Session:
                                entries=[(p.address, p.hook_id, p.cell, p.length,
                                          p.original.ljust(entry_patch.MAX_ORIGINAL, b"\0"),
                                          p.trampoline) for p in plans],
-                               entry_area=area)
+                               entry_area=area,
+                               max_wait_ns=round(self.options.max_wait_s * 1e9),
+                               lossless=self.options.lossless)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
         # (before the way in: a forked child runs on as soon as memhook_start has run in it)

@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 18;
+constexpr uint32_t kVersion = 19;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -166,7 +166,15 @@ struct alignas(64) Control {
   // loader is done, as memhook run holds a program it starts.
   int32_t exec_tid;
   uint32_t exec_state;
+
+  // A full ring (hook_library/full_ring.h): the writer waits up to max_wait_ns for the
+  // consumer to make room, then drops the event; 0: it drops at once. Without `lossless`, once
+  // a wait runs out it drops without waiting until the consumer has emptied half the ring.
+  uint64_t max_wait_ns;
+  uint32_t lossless;
+  uint32_t pad3;
 };
+constexpr uint64_t kMaxWaitNs = 60000000000ull;  // --max-wait's bound: a minute per event
 
 // kSpawnAnnounced: a thread about to start a program in a child (posix_spawn, system, popen:
 // libc's own clone and exec, which no slot reaches); memhook traces the thread until the child
@@ -179,15 +187,19 @@ enum ExecState : uint32_t {
 // producer line, only the consumer writes `read`.
 struct alignas(64) RingHeader {
   uint32_t owner;    // kernel tid of the writer, 0 = free
-  uint32_t pad0;
+  uint32_t waiting;  // the writer sleeps on `read` (its low word): wake it when it moves
   uint64_t write;    // total bytes published (monotonic)
   uint64_t busy;     // nonzero while a hook holding this ring is running (detach waits for it)
   uint64_t dropped;  // events dropped because the ring was full
   uint64_t dropped_frees;  // of which frees (each may leave a freed block counted as live)
-  uint8_t pad1[24];
+  uint64_t waits;          // --lossless: events that found the ring full and waited
+  uint64_t wait_ns;        // the time they waited, in all
+  uint32_t wait_timeouts;  // waits that reached Control::max_wait_ns (their events dropped)
+  uint32_t wait_max_us;    // the longest wait
   alignas(64) uint64_t read;  // total bytes consumed (monotonic)
   uint8_t pad2[56];
 };
+static_assert(sizeof(RingHeader) == 128, "a ring header is two cache lines");
 
 // Address table entry: dependency (40 bits) << kDepShift | live << 21 | tag (the pointer's bits
 // above the index, 21 for a user-space pointer). The dependency sits where a header's does, so

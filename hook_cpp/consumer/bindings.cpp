@@ -87,6 +87,10 @@ py::dict totals(const Consumer& c) {
   const Consumer::Dropped dropped = c.dropped_counts();
   d["dropped_events"] = dropped.events;
   d["dropped_frees"] = dropped.frees;
+  d["waited_events"] = dropped.waits;
+  d["wait_ns"] = dropped.wait_ns;
+  d["wait_timeouts"] = dropped.wait_timeouts;
+  d["wait_max_us"] = dropped.wait_max_us;
   d["replaced_live_count"] = a.replaced_live();
   d["reconciled_frees"] = a.reconciled_frees();
   d["dropped_frees_unchecked"] = c.reconciled() ? 0 : dropped.frees;
@@ -361,7 +365,8 @@ PYBIND11_MODULE(_native, m) {
              slots,
          uint64_t entry_area, uint32_t entry_area_bytes,
          const std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t, py::bytes,
-                                      py::bytes>>& entries) {
+                                      py::bytes>>& entries,
+         uint64_t max_wait_ns, bool lossless) {
         std::vector<PlannedSlot> plan;
         for (auto& [addr, id, real_fn, lo, hi, ro] : slots)
           plan.push_back(PlannedSlot{addr, id, real_fn, lo, hi, ro});
@@ -371,7 +376,8 @@ PYBIND11_MODULE(_native, m) {
                                          std::string(trampoline)});
         format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size, pid, real,
                        known, abandon_after_s, sample_rate, no_avx512, unwind_bytes, owner_pid,
-                       owner_start, plan, entry_area, entry_area_bytes, planned);
+                       owner_start, plan, entry_area, entry_area_bytes, planned, max_wait_ns,
+                       lossless);
       },
       py::arg("fd"), py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
       py::arg("clock"), py::arg("min_size"), py::arg("max_size"), py::arg("pid"),
@@ -382,6 +388,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("entry_area") = 0, py::arg("entry_area_bytes") = 0,
       py::arg("entries") = std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t,
                                                   py::bytes, py::bytes>>{},
+      py::arg("max_wait_ns") = 0, py::arg("lossless") = false,
       "Size and fill a new segment; `slots`: (address, hook id, real function, PLT lo, PLT hi, "
       "read-only) of each slot to patch (the hook library decides, target stopped); `entries`: "
       "(address, hook id, cell, length, first 32 bytes, trampoline) of each entry to patch in "
@@ -528,6 +535,7 @@ PYBIND11_MODULE(_native, m) {
         "The XSAVE area's size for the features this kernel enabled (arch.h).");
   m.attr("MAX_DEPTH") = kMaxDepth;
   m.attr("MAX_RINGS") = kMaxRings;
+  m.attr("MAX_WAIT_NS") = kMaxWaitNs;
   m.attr("HISTOGRAM_BUCKETS") = kBuckets;
   // Where memhook's detach script finds the late-patched slots in the target's copy.
   m.attr("CONTROL_NLATE_OFFSET") = offsetof(Control, nlate);

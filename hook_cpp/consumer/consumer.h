@@ -125,9 +125,10 @@ class Consumer {
   }
   bool reconciled() const { return reconciled_; }
 
-  // Events the hooks dropped (the rings were full or all owned): all of them, and the frees.
+  // Events the hooks dropped (the rings were full or all owned): all of them, and the frees;
+  // and under --lossless the events that waited for room, their time, the waits that ran out.
   struct Dropped {
-    uint64_t events = 0, frees = 0;
+    uint64_t events = 0, frees = 0, waits = 0, wait_ns = 0, wait_timeouts = 0, wait_max_us = 0;
   };
   Dropped dropped_counts() const {
     if (released_) return dropped_at_release_;
@@ -136,6 +137,11 @@ class Consumer {
     for (uint32_t i = 0; i < ctl_->nrings; i++) {
       d.events += __atomic_load_n(&reader_->ring(i)->dropped, __ATOMIC_RELAXED);
       d.frees += __atomic_load_n(&reader_->ring(i)->dropped_frees, __ATOMIC_RELAXED);
+      d.waits += __atomic_load_n(&reader_->ring(i)->waits, __ATOMIC_RELAXED);
+      d.wait_ns += __atomic_load_n(&reader_->ring(i)->wait_ns, __ATOMIC_RELAXED);
+      d.wait_timeouts += __atomic_load_n(&reader_->ring(i)->wait_timeouts, __ATOMIC_RELAXED);
+      d.wait_max_us = std::max<uint64_t>(
+          d.wait_max_us, __atomic_load_n(&reader_->ring(i)->wait_max_us, __ATOMIC_RELAXED));
     }
     return d;
   }

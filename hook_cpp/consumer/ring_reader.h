@@ -11,7 +11,10 @@
 // Ring contents are hostile (the target's user can write them): nothing is read outside a
 // ring, and a malformed record ends what is read of the ring this time.
 #pragma once
+#include <linux/futex.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -140,6 +143,19 @@ class RingReader {
     return false;  // nothing left to wait for: the free was lost
   }
 
+  // Bytes applied between two stores of a ring's read cursor within one pass: a writer waiting
+  // for room goes on after this much, not after the whole ring.
+  static constexpr uint64_t kPublishEvery = 64 << 10;
+
+  // A writer waiting for room (--lossless: hook_library/full_ring.h) sleeps on the read
+  // cursor's low word once it has set `waiting`: the fences order this store of `read` and that
+  // look against its store of `waiting` and its look at `read`, so one of the two sees the other.
+  static void wake_writer(RingHeader* r) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&r->waiting, __ATOMIC_RELAXED))
+      syscall(SYS_futex, (uint32_t*)&r->read, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
+
   // Waits longer than kStuckNs at one cursor are given up: the event waited for will not come.
   bool wait_at(RingState& rs, uint64_t cursor) {
     uint64_t now = monotonic_ns();
@@ -183,6 +199,8 @@ class RingReader {
     size_t n = 0;
     rs.blocked = false;
     rs.read = rd;
+    const uint64_t from = rd;
+    uint64_t published = rd;
     // Distances, not comparisons of cursors: a forged cursor near 2^64 would wrap past `limit`.
     while (rd != limit && limit - rd <= cap) {
       RecordAt rec;
@@ -261,8 +279,14 @@ class RingReader {
         }
       }
       rs.read = rd;  // satisfied() looks here
+      if (rd - published >= kPublishEvery) {  // room for a writer waiting on a full ring
+        __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
+        wake_writer(r);
+        published = rd;
+      }
     }
     __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
+    if (rd != from) wake_writer(r);
     // What comes after w was written after `now`: the next drain's first anchor.
     if (rd == w) {
       times_.advance(rs.clock, {w, now});

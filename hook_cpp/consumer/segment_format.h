@@ -43,7 +43,8 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
                     uint64_t owner_pid, uint64_t owner_start,
                     const std::vector<PlannedSlot>& plan = {},
                     uint64_t entry_area = 0, uint32_t entry_area_bytes = 0,
-                    const std::vector<PlannedEntry>& entries = {}) {
+                    const std::vector<PlannedEntry>& entries = {}, uint64_t max_wait_ns = 0,
+                    bool lossless = false) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
@@ -92,6 +93,8 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
   c->unwind_bytes = unwind_bytes;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
+  c->max_wait_ns = std::min<uint64_t>(max_wait_ns, kMaxWaitNs);
+  c->lossless = lossless;
   for (auto& [id, addr] : real)
     if (id > 0 && id < kMaxHooks) c->real[id] = addr;
   c->nknown = (uint32_t)std::min<size_t>(known.size(), kMaxKnownObjects);

@@ -7,12 +7,6 @@
 
 namespace {
 
-uint64_t monotonic_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
-}
-
 // memhook's heartbeat is older than the session allows: memhook is gone.
 bool consumer_gone(const Control* c, uint64_t now) {
   uint64_t beat = __atomic_load_n(&c->heartbeat_ns, __ATOMIC_RELAXED);

@@ -44,6 +44,7 @@ using namespace memhook;
 #include "session.h"          // the session's settings and its mode
 #include "thread_state.h"     // per-thread ring, cursors, stack bounds, recursion guard
 #include "recent_stacks.h"    // stacks seen before, compared instead of walked
+#include "full_ring.h"        // --lossless: a full ring waits for room, a bounded time
 #include "ring_writer.h"      // reserve, write, publish; drop when full
 #include "address_table.h"    // each pointer's latest event: the ordering dependencies
 #include "sampler.h"          // size filter and sampling: which calls are recorded

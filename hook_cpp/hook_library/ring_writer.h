@@ -1,11 +1,9 @@
 // The ring writer: each thread owns one single-producer ring of the shared segment (claimed
 // once per session), reserves room for a record, writes it in place and publishes it. A full
-// ring drops the event and counts it; the hook never waits.
+// ring waits a bounded time for room (full_ring.h), then drops the event and counts it.
 #pragma once
 
 namespace {
-
-void check_consumer();
 
 RingHeader* ring_at(uint32_t i) {
   return (RingHeader*)(g_rings + size_t(i) * ring_stride(g_ring_bytes));
@@ -43,7 +41,12 @@ __attribute__((noinline)) uint64_t reserve_slow(ThreadState& t, size_t bytes, bo
   t.cached_read = __atomic_load_n(&t.ring->read, __ATOMIC_ACQUIRE);
   uint64_t used = w + pad + need - t.cached_read;
   if (used > cap / 2 && w - t.woke_at > cap / 4) wake_consumer(t, w);
-  if (used > (is_free ? cap : cap - headroom)) return UINT64_MAX;
+  const uint64_t limit = is_free ? cap : cap - headroom;
+  if (used > limit) {
+    const uint64_t rd = wait_for_room(t, w + pad + need, limit);
+    if (rd == UINT64_MAX) return UINT64_MAX;
+    t.cached_read = rd;
+  }
   if (pad) {
     *(uint64_t*)(t.data + pos) = header(kPadding, 0, 0, 0);
     w += pad;
@@ -159,6 +162,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.cached_read = __atomic_load_n(&got->read, __ATOMIC_ACQUIRE);
     t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
     t.woke_at = t.write;
+    t.wait_again_at = 0;
     t.ring_no = no;
     t.next_time = t.write;  // the first event carries a clock reading
     t.until_check = kCheckEvery;

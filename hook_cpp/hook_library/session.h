@@ -48,11 +48,15 @@ namespace {
 inline int mode() { return __atomic_load_n(&g_session.mode, __ATOMIC_RELAXED); }
 inline bool active() { return mode() != kOff; }
 
-inline uint64_t now() {
-  if (__builtin_expect(g_clock == kClockTsc, 1)) return arch::cycles();
+inline uint64_t monotonic_ns() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000u + ts.tv_nsec;
+}
+
+inline uint64_t now() {
+  if (__builtin_expect(g_clock == kClockTsc, 1)) return arch::cycles();
+  return monotonic_ns();
 }
 
 }  // namespace

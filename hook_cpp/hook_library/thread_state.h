@@ -32,6 +32,7 @@ struct ThreadState {
   uint32_t until_check;  // clock readings until this thread next checks memhook's heartbeat
   uint32_t unclaimed_generation;  // the session in which this thread found every ring taken
   uint32_t unclaimed_events;      // its events since (claim_ring tries again every 64th)
+  uint64_t wait_again_at;  // a bounded wait ran out: drop, not wait, until `read` passes this
 };
 }  // namespace memhook
 

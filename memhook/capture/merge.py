@@ -88,6 +88,8 @@ def merge(caps: list[Capture]) -> Capture:
     for m in metas:
         for k, v in m.get("totals", {}).items():
             totals[k] = totals.get(k, 0) + v
+    totals["wait_max_us"] = max((m.get("totals", {}).get("wait_max_us", 0) for m in metas),
+                                default=0)  # a longest, not a sum
     if metas and metas[0].get("totals", {}).get("sample_rate"):
         totals["sample_rate"] = metas[0]["totals"]["sample_rate"]  # every session's own
     starts = [m["started_at"] for m in metas if m.get("started_at")]

@@ -20,6 +20,26 @@ def size_arg(text: str) -> int:
     return size
 
 
+DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def duration_arg(text: str) -> float:
+    """Seconds (at least 0), from 10ms, 500us, 0.2s or 0.2 (seconds)."""
+    number, unit = text.strip(), "s"
+    for u in sorted(DURATION_UNITS, key=len, reverse=True):
+        if number.endswith(u):
+            number, unit = number[:-len(u)], u
+            break
+    try:
+        v = float(number) * DURATION_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10ms, 0.5s)") \
+            from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return v
+
+
 def positive_float(text: str) -> float:
     try:
         v = float(text)

@@ -7,8 +7,14 @@ import signal
 from .. import __version__, snapshot_when, suppressions
 from ..session import MAX_SIZE, Options
 from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_check_arguments,
-                        add_otlp_arguments, otlp_url, pid_list, positive_float,
-                        runtime_rules, size_arg)
+                        add_otlp_arguments, duration_arg, otlp_url, pid_list,
+                        positive_float, runtime_rules, size_arg)
+
+# --lossless's bound per event, a safety net (a memhook that stopped or died is noticed sooner,
+# by its heartbeat): beside a CPU hog per core at nice -5, a consumer at nice 19 runs for a
+# slice every few hundred ms; single waits reached 0.92 s, and 10 ms lost 810 of 2 M events
+# (benchmarks/lossless.py).
+LOSSLESS_MAX_WAIT_S = 10.0
 
 
 def attach_parser() -> Parser:
@@ -47,6 +53,14 @@ def add_tracing_arguments(p: Parser) -> None:
                    f"{Options.ring_bytes >> 20}MiB)")
     p.add_argument("--rings", type=int, default=Options.rings,
                    help=f"rings (writer threads) (default {Options.rings})")
+    p.add_argument("--lossless", action="store_true",
+                   help="drop no event: a thread whose ring is full waits for memhook to make "
+                   "room, at most --max-wait per event (counted and reported); without it, "
+                   "a wait that runs out makes the ring drop until memhook has emptied half")
+    p.add_argument("--max-wait", type=duration_arg, default=None, metavar="DURATION",
+                   help=f"the longest one event waits for room in a full ring, then is dropped "
+                   f"(default {Options.max_wait_s * 1e3:g}ms, with --lossless "
+                   f"{LOSSLESS_MAX_WAIT_S:g}s; 0: drop at once)")
     p.add_argument("--unhook-after", type=positive_float, default=Options.abandon_after_s,
                    help="if memhook dies, the target unhooks itself after this many seconds "
                    f"without its heartbeat (default {Options.abandon_after_s:g})")
@@ -107,11 +121,16 @@ def tracing_setup(a) -> tuple[Options, list]:
     """The session options and the pushers the arguments ask for; bad values are UsageErrors."""
     if a.top < 1:
         raise UsageError("--top must be at least 1")
+    if a.max_wait is None:
+        a.max_wait = LOSSLESS_MAX_WAIT_S if a.lossless else Options.max_wait_s
+    if a.lossless and not a.max_wait:
+        raise UsageError("--lossless needs a --max-wait above 0")
     opts = Options(depth=a.depth, min_size=a.min_size,
                    max_size=MAX_SIZE if a.max_size is None else a.max_size,
                    ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
                    sample_rate=a.sample_rate, library_dir=a.library_dir,
-                   heap_census=a.heap_census, follow_forks=a.follow_fork)
+                   heap_census=a.heap_census, follow_forks=a.follow_fork,
+                   max_wait_s=a.max_wait, lossless=a.lossless)
     try:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)

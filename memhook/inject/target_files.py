@@ -109,7 +109,7 @@ class Segment:
                  clock: int, min_size: int, max_size: int, real: dict, known: list,
                  abandon_after_s: float = 5.0, sample_rate: int = 0, no_avx512: bool = False,
                  unwind_bytes: int = 0, slots: list = (), entries: list = (),
-                 entry_area: tuple = (0, 0)):
+                 entry_area: tuple = (0, 0), max_wait_ns: int = 0, lossless: bool = False):
         self.name = _name(info.pid)
         where, self.note = segment_dir(info.pid)
         self.target_path = f"/{where}/{self.name}"
@@ -124,7 +124,8 @@ class Segment:
             _native.format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size,
                                    info.pid, real, known, abandon_after_s, sample_rate, no_avx512,
                                    unwind_bytes, os.getpid(), start_ticks(os.getpid()),
-                                   list(slots), entry_area[0], entry_area[1], list(entries))
+                                   list(slots), entry_area[0], entry_area[1], list(entries),
+                                   max_wait_ns, lossless)
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

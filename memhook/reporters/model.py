@@ -27,7 +27,7 @@ TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstan
               "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
               "unordered_events", "sample_rate", "sampled_allocations", "reconciled_frees",
               "uncertain_count", "uncertain_bytes", "dropped_frees_unchecked", "peak_bytes",
-              "peak_time_ms")
+              "peak_time_ms", "waited_events", "wait_ns", "wait_timeouts", "wait_max_us")
 
 
 @dataclass

@@ -21,7 +21,21 @@ def process_memory_text(pm: dict, explained: bool = False) -> str:
 
 
 def dropped_frees_lines(t: dict) -> list[str]:
-    """What became of the frees the hooks dropped (ring full): none is a leak unsaid."""
+    """What became of the frees the hooks dropped (ring full): none is a leak unsaid; and under
+    --lossless, how long threads waited for room instead."""
+    lines = []
+    if t.get("waited_events"):
+        lines.append(f"  waited for room in a full ring: {t['waited_events']} events, "
+                     f"{t['wait_ns'] / 1e6:.1f} ms in all, the longest {t['wait_max_us'] / 1e3:.1f} ms"
+                     + (f"; {t['wait_timeouts']} waited the whole --max-wait and were dropped"
+                        if t.get("wait_timeouts") else ""))
+    if t["dropped_events"]:
+        lines.append("  (--lossless makes every event wait for room, up to --max-wait, rather "
+                     "than be dropped)")
+    return lines + _dropped_free_lines(t)
+
+
+def _dropped_free_lines(t: dict) -> list[str]:
     if not t["dropped_frees"]:
         return []
     if t.get("dropped_frees_unchecked"):

@@ -46,7 +46,8 @@ def test_report_formats_agree(tmp_path, lifecycle_target):
                                      "unordered_events",
                                      "sample_rate", "sampled_allocations", "reconciled_frees",
                                      "uncertain_count", "uncertain_bytes",
-                                     "dropped_frees_unchecked", "peak_bytes", "peak_time_ms"}
+                                     "dropped_frees_unchecked", "peak_bytes", "peak_time_ms",
+                                     "waited_events", "wait_ns", "wait_timeouts", "wait_max_us"}
     leak = site(report, "late_leak")
     f0 = leak["frames"][0]
     assert f0["module"].endswith("/lifecycle") and f0["file"].endswith("lifecycle.c")

@@ -1,0 +1,60 @@
+// A full ring: the writer waits for the consumer to make room, at most Control::max_wait_ns
+// for one event, rather than drop the event (heapprofd's block_client, bounded). Under
+// --lossless every event may wait so; by default a wait that runs out makes the ring drop
+// without waiting until the consumer has emptied half of it, so that a burst on an idle host
+// loses nothing and a starved consumer costs the target one bounded wait per half ring.
+// Waits are counted per ring, with their time and the ones that ran out.
+#pragma once
+
+namespace {
+
+void check_consumer();
+
+uint64_t g_max_wait_ns;  // 0: a full ring drops at once
+bool g_lossless;
+
+// Sleeps on the low word of the ring's read cursor, which the consumer wakes when it moves it
+// while `waiting` is set (ring_reader.h). Slices of at most 10 ms: the heartbeat is checked
+// between them, so that a consumer killed while the writer waits costs the target at most
+// max_wait per event until it unhooks itself (lifecycle.h). `end`: the write cursor the event
+// needs; `limit`: the bytes this kind of event may fill. Returns the read cursor that makes
+// room, or UINT64_MAX (drop the event) when no wait is due, the wait ran out or the session
+// ended.
+__attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t end,
+                                                       uint64_t limit) {
+  RingHeader* r = t.ring;
+  if (!g_max_wait_ns || (!g_lossless && t.cached_read < t.wait_again_at)) return UINT64_MAX;
+  const uint64_t t0 = monotonic_ns(), deadline = t0 + g_max_wait_ns;
+  uint64_t rd = UINT64_MAX, now = t0;
+  __atomic_fetch_add(&g_ctl->wake, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  for (;;) {
+    __atomic_store_n(&r->waiting, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the consumer's store of `read`, then its look
+    const uint64_t seen = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE);
+    if (end - seen <= limit) {
+      rd = seen;
+      break;
+    }
+    if (now >= deadline || !active() || t.generation != g_session.generation) break;
+    const uint64_t slice = min_of<uint64_t>(deadline - now, 10000000);
+    struct timespec ts = {0, (long)slice};
+    syscall(SYS_futex, (uint32_t*)&r->read, FUTEX_WAIT, (uint32_t)seen, &ts, nullptr, 0);
+    now = monotonic_ns();
+    check_consumer();  // memhook gone: unhook (active() then says so)
+  }
+  __atomic_store_n(&r->waiting, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&r->waits, r->waits + 1, __ATOMIC_RELAXED);
+  const uint64_t waited = monotonic_ns() - t0;
+  __atomic_store_n(&r->wait_ns, r->wait_ns + waited, __ATOMIC_RELAXED);
+  if (waited / 1000 > r->wait_max_us)
+    __atomic_store_n(&r->wait_max_us, (uint32_t)min_of<uint64_t>(waited / 1000, UINT32_MAX),
+                     __ATOMIC_RELAXED);
+  if (rd == UINT64_MAX) {
+    __atomic_store_n(&r->wait_timeouts, r->wait_timeouts + 1, __ATOMIC_RELAXED);
+    t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
+  }
+  return rd;
+}
+
+}  // namespace
