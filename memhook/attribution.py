@@ -56,21 +56,30 @@ class Rules:
     functions: tuple = RUNTIME_FUNCTIONS
     _module_re: re.Pattern = field(init=False, repr=False, compare=False)
     _function_re: re.Pattern = field(init=False, repr=False, compare=False)
+    # (function, module) -> is_runtime: a report asks of the same frames for every stack. Its
+    # own dict, not an lru_cache on the method, which hashed the rules' tuples on every call.
+    _answers: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):  # (frozen: one Rules serves as a default everywhere)
         object.__setattr__(self, "_module_re", re.compile(
             "|".join(fnmatch.translate(g) for g in self.modules)))
         object.__setattr__(self, "_function_re", re.compile(
             "|".join(fnmatch.translate(g) for g in self.functions)))
+        object.__setattr__(self, "_answers", {})
 
     @classmethod
     def with_user(cls, modules=(), functions=()) -> "Rules":
         return cls(RUNTIME_MODULES + tuple(modules), RUNTIME_FUNCTIONS + tuple(functions))
 
     def is_runtime(self, frame: dict) -> bool:
-        return self._is_runtime(frame.get("function") or "", frame.get("module") or "")
+        key = (frame.get("function") or "", frame.get("module") or "")
+        answer = self._answers.get(key)
+        if answer is None:
+            if len(self._answers) >= 1 << 16:
+                self._answers.clear()
+            answer = self._answers[key] = self._is_runtime(*key)
+        return answer
 
-    @lru_cache(maxsize=1 << 16)  # (a report asks of the same frames for every stack)
     def _is_runtime(self, function: str, module: str) -> bool:
         function = qualified_name(function)
         module = os.path.basename(module)

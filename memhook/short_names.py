@@ -9,6 +9,7 @@ tooltips; --full-names turns this off."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .attribution import closing_bracket, qualified_name
 
@@ -151,6 +152,7 @@ def without_own_template_arguments(name: str) -> str:
     return name
 
 
+@lru_cache(maxsize=1 << 16)  # (a report asks again for each stack a function is in)
 def short(name: str, parameters: bool = False) -> str:
     """A demangled function name as one-line views show it."""
     name = without_clone(name)

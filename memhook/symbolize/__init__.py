@@ -390,10 +390,9 @@ class ModuleSymbols:
             stub = _entry_stub(binary, starts, ends)
             if stub:
                 starts, ends, names = _with(starts, ends, names, stub)
-        self.starts, self.ends, self.names = starts, ends, names
+        dwarf_path = None
         self.dwarf = None
-        self.dwarf_path = None  # the file that holds the DWARF, for a LineTool
-        self.lines = None       # its native reader
+        self.lines = None       # the native DWARF reader
         for elf in (debug, binary):
             if elf is not None and elf.has_dwarf_info():
                 if native_lines:
@@ -406,25 +405,30 @@ class ModuleSymbols:
                         self.dwarf = elf.get_dwarf_info()
                     except ELF_ERRORS:
                         continue
-                self.dwarf_path = elf.stream.name
+                dwarf_path = elf.stream.name
                 break
+        self._tables(starts, ends, names, dwarf_path, {}, None, -1)
+
+    def _tables(self, starts, ends, names, dwarf_path, located: dict, considered,
+                stored: int) -> None:
+        """What a build and the cache on disk both give."""
+        self.starts, self.ends, self.names = starts, ends, names
+        self.dwarf_path = dwarf_path  # the file that holds the DWARF, for a LineTool
         self._units: dict = {}
         self._cu_ranges = None
-        self.located: dict = {}  # vaddr -> frames, from a batch (native or a LineTool's)
-        self.considered = None   # [[path, signature]] when kept in symbol_cache
-        self.stored = -1         # len(located) when last kept there
+        self.located = located        # vaddr -> frames, from a batch (native or a LineTool's)
+        self.named: dict = {}         # vaddr -> function(), from a batch
+        self.considered = considered  # [[path, signature]] when kept in symbol_cache
+        self.stored = stored          # len(located) when last kept there
 
     @classmethod
     def from_entry(cls, entry: "symbol_cache.Entry") -> "ModuleSymbols":
         """From the cache on disk: the DWARF file opened only for an address not placed yet."""
         self = cls.__new__(cls)
-        self.starts, self.ends, self.names = entry.starts, entry.ends, entry.names
         self.signal_spans = entry.signal_spans
         self.dwarf = self.lines = None
-        self.dwarf_path = entry.dwarf_path
-        self._units, self._cu_ranges = {}, None
-        self.located = entry.located
-        self.considered, self.stored = entry.considered, len(entry.located)
+        self._tables(entry.starts, entry.ends, entry.names, entry.dwarf_path, entry.located,
+                     entry.considered, len(entry.located))
         return self
 
     def entry(self) -> "symbol_cache.Entry":
@@ -452,10 +456,22 @@ class ModuleSymbols:
     def function(self, vaddr: int) -> str | None:
         if any(lo <= vaddr < hi for lo, hi in self.signal_spans):
             return SIGNAL_FRAME
+        if vaddr in self.named:
+            return self.named[vaddr]
         i = int(np.searchsorted(self.starts, vaddr, side="right")) - 1
         if i >= 0 and vaddr < int(self.ends[i]):
             return demangle(self.names[i])
         return None
+
+    def name_many(self, vaddrs: list) -> None:
+        """function() of many addresses at once: one search of the table for all of them."""
+        if not len(self.starts) or not vaddrs:
+            return
+        at = np.asarray(vaddrs, np.uint64)
+        i = np.searchsorted(self.starts, at, side="right").astype(np.int64) - 1
+        inside = (i >= 0) & (at < self.ends[np.maximum(i, 0)])
+        for vaddr, k, ok in zip(vaddrs, i.tolist(), inside.tolist()):
+            self.named[vaddr] = demangle(self.names[k]) if ok else None
 
     # -- DWARF, one compile unit at a time --
 
@@ -690,6 +706,8 @@ class Symbolizer:
         loud = sys.stderr.isatty() and sum(len(v) for _, v in by_module.values()) >= 2000
         for m, vaddrs in by_module.values():
             syms = self._module_symbols(m)
+            if syms is not None:
+                syms.name_many(vaddrs)
             if syms is not None and self.line_tool is None:
                 syms.locate_many(vaddrs)
                 if syms.considered is not None and syms.stored != len(syms.located):
