@@ -174,12 +174,19 @@ def frame_kind(f: dict, exes: set) -> int:
     return 0 if not module or module in exes or os.path.basename(module) in exes else 1
 
 
-def flame_frames(frames: list, exes: set) -> tuple[list, list, list]:
+def flame_frames(frames: list, exes: set, seen: dict) -> tuple[list, list, list]:
     """A stack for the flame graph, root first: full names (the tooltips, the search), kinds,
-    and short names (the bars' labels: short_names.py)."""
-    ordered = frames[::-1]
-    return ([frame_name(f) for f in ordered], [frame_kind(f, exes) for f in ordered],
-            [short(f["function"]) if f.get("function") else frame_name(f) for f in ordered])
+    and short names (the bars' labels: short_names.py). `seen`: each frame's, by its dict
+    (stacks share the dicts of an address: symbolize.stack_frames)."""
+    out = []
+    for f in reversed(frames):
+        got = seen.get(id(f))
+        if got is None:
+            name = frame_name(f)
+            got = seen[id(f)] = (name, frame_kind(f, exes),  # (f held: its id stays its own)
+                                 short(f["function"]) if f.get("function") else name, f)
+        out.append(got)
+    return [g[0] for g in out], [g[1] for g in out], [g[2] for g in out]
 
 
 def _count(n: int) -> str:
@@ -352,14 +359,14 @@ def render(cap: Capture, report: dict, symbolizer, **_) -> str:
                  + "&nbsp; " + "".join(f"<span class='key' style='background:{c}'></span>{t} "
                                        for c, t in zip(KIND_COLOURS, KIND_NAMES))
                  + "</div><div id='crumb'></div><div id='flame'></div>")
-    exe = report_executable(cap)
-    folded = [[*flame_frames(s["frames"], exe), s["outstanding_bytes"], s["alloc_bytes"],
+    exe, seen = report_executable(cap), {}
+    folded = [[*flame_frames(s["frames"], exe, seen), s["outstanding_bytes"], s["alloc_bytes"],
                s["alloc_count"]] for s in report["sites"] if s["alloc_count"] > 0]
     parts.append("<script id='flame-data' type='application/json'>"
                  + json.dumps(folded).replace("</", "<\\/") + "</script>")
     peak = report.get("peak")
     if peak:
-        held = [[*flame_frames(s["frames"], exe), s["peak_bytes"]]
+        held = [[*flame_frames(s["frames"], exe, seen), s["peak_bytes"]]
                 for s in report["sites"] if s.get("peak_bytes")]
         parts.append(f"<h2>Flame graph at the peak</h2><p class='why'>{human_bytes(peak['bytes'])}"
                      f" outstanding {peak['time_s']:.3f} s after attach"

@@ -283,8 +283,8 @@ def attribute(report: dict, rules: attribution.Rules) -> None:
             for k, v in node.items():
                 if k != "frames" or not isinstance(v, list):  # (frames hold no stacks)
                     walk(v)
-        elif isinstance(node, list):
-            for v in node:
+        elif isinstance(node, list) and node and isinstance(node[0], (dict, list)):
+            for v in node:  # (not lists of numbers: histograms, series)
                 walk(v)
     walk(report)
 

@@ -699,12 +699,13 @@ class Symbolizer:
         if self.line_tool is None and not self.native_lines:
             return
         by_module: dict = {}
-        for a in set(int(x) for x in addresses):
+        for a in set(int(x) for x in addresses) - self._cache.keys():
             m = self._module_of(a)
-            if m is not None:
-                by_module.setdefault(id(m), (m, []))[1].append(a - m["bias"] - 1)
-        loud = sys.stderr.isatty() and sum(len(v) for _, v in by_module.values()) >= 2000
-        for m, vaddrs in by_module.values():
+            if m is not None and a not in CUT_MARKERS:
+                by_module.setdefault(id(m), (m, [], []))[1].append(a - m["bias"] - 1)
+                by_module[id(m)][2].append(a)
+        loud = sys.stderr.isatty() and sum(len(v) for _, v, _ in by_module.values()) >= 2000
+        for m, vaddrs, _ in by_module.values():
             syms = self._module_symbols(m)
             if syms is not None:
                 syms.name_many(vaddrs)
@@ -721,6 +722,10 @@ class Symbolizer:
                 syms.located.update(self.line_tool.locate_many(syms.dwarf_path, vaddrs))
         if loud:
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+        for m, _, addresses in by_module.values():  # every frame now, the module known
+            syms = self._module_symbols(m)
+            for a in addresses:
+                self._cache[a] = self._frames_in(a, m, syms)
 
     def frames(self, address: int) -> list:
         """The frames at one return address, innermost (inlined) first."""
@@ -732,19 +737,22 @@ class Symbolizer:
         elif module is None:
             out = [Frame(address, None, None, None, None, None)]
         else:
-            vaddr = address - module["bias"]
-            syms = self._module_symbols(module)
-            # A return address points after the call: look up the call instruction itself.
-            where = syms.locate(vaddr - 1) if syms else []
-            outer = syms.function(vaddr - 1) if syms else None
-            if not where:
-                out = [Frame(address, module["path"], vaddr, outer, None, None)]
-            else:
-                out = [Frame(address, module["path"], vaddr, name, f, ln, inlined=True)
-                       for name, f, ln in where[:-1]]
-                name, f, ln = where[-1]
-                out.append(Frame(address, module["path"], vaddr, outer or name, f, ln))
+            out = self._frames_in(address, module, self._module_symbols(module))
         self._cache[address] = out
+        return out
+
+    @staticmethod
+    def _frames_in(address: int, module: dict, syms) -> list:
+        vaddr = address - module["bias"]
+        # A return address points after the call: look up the call instruction itself.
+        where = syms.locate(vaddr - 1) if syms else []
+        outer = syms.function(vaddr - 1) if syms else None
+        if not where:
+            return [Frame(address, module["path"], vaddr, outer, None, None)]
+        out = [Frame(address, module["path"], vaddr, name, f, ln, inlined=True)
+               for name, f, ln in where[:-1]]
+        name, f, ln = where[-1]
+        out.append(Frame(address, module["path"], vaddr, outer or name, f, ln))
         return out
 
     def frame_dicts(self, address: int) -> list:
@@ -761,6 +769,12 @@ class Symbolizer:
 
 def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     """A stack's frames as reports hold them (dicts, inlined frames included), innermost first:
-    each a copy (reports add to them), of dicts made once per address."""
-    return without_root_marker([dict(d) for x in addresses
-                                for d in symbolizer.frame_dicts(int(x))])
+    the dicts made once per address, shared by every stack through it (reports only read
+    them: `attributed_frame` goes on the stack)."""
+    addresses = [int(x) for x in addresses] if not hasattr(addresses, "tolist") \
+        else addresses.tolist()
+    made, out = symbolizer._dicts, []
+    for x in addresses:
+        got = made.get(x)
+        out += got if got is not None else symbolizer.frame_dicts(x)
+    return without_root_marker(out) if _native.FRAME_NO_UNWIND_INFO in addresses else out
