@@ -23,6 +23,7 @@
 
 #include "aggregates.h"
 #include "clock.h"
+#include "ring_pages.h"
 #include "ring_reader.h"
 #include "segment.h"
 #include "stack_table.h"
@@ -71,6 +72,7 @@ class Consumer {
       while (running_.load(std::memory_order_relaxed)) {
         __atomic_store_n(&ctl_->heartbeat_ns, monotonic_ns(), __ATOMIC_RELAXED);
         uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);
+        pages_.ahead(base_, fd_);
         size_t n = drain(false);
         // A drain that found much (a writer running ahead, toward a full ring) goes again at once.
         int us = n >= kDrainAgain ? 0 : n ? busy_us : idle_us;
@@ -152,14 +154,24 @@ class Consumer {
     return false;
   }
 
-  // After detach: give the ring pages back (the target keeps an empty mapping).
+  // After detach: give the rings' pages and the unwind area back (the target keeps an empty
+  // mapping). Not the recent stacks (segment.h): a malloc hook that passed its mode check just
+  // before detach and was preempted may still compare one, and a page of it read as zeros
+  // after its first was read whole sent it through a null address (a target of 150 short
+  // sessions segfaulted twice). They stay until the next session replaces the segment; at
+  // most kRecentStacks entries per ring a thread claimed, and only the pages touched.
   void release_rings() {
     stop();
     std::lock_guard<std::mutex> lock(mutex_);
     dropped_at_release_ = dropped_counts();  // the counters live in the pages released below
     released_ = true;
-    size_t off = rings_offset();
-    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)(bytes_ - off));
+    const size_t rings = rings_offset(),
+                 recent = recent_stacks_offset(ctl_->nrings, ctl_->ring_bytes),
+                 unwind = unwind_offset(ctl_->nrings, ctl_->ring_bytes, ctl_->depth);
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)rings, (off_t)(recent - rings));
+    if (bytes_ > unwind)
+      fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)unwind,
+                (off_t)(bytes_ - unwind));
   }
 
   // Nanoseconds of CLOCK_MONOTONIC for a raw event timestamp.
@@ -258,6 +270,7 @@ class Consumer {
   int fd_ = -1;
   Control* ctl_ = nullptr;
   std::unique_ptr<RingReader> reader_;  // once the control block is checked
+  RingPages pages_;                     // (the drain thread's)
   uint64_t clock0_ = 0, ns0_ = 0, busy_ns_ = 0;
   mutable std::mutex mutex_;
   std::thread thread_;

@@ -17,10 +17,13 @@ __attribute__((noinline)) void abandon() {
   restore_slots<false>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots));
   restore_slots<false>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots));
   unlock_scan();
-  const size_t rings = rings_offset();
   g_unwind = nullptr;
-  madvise((uint8_t*)c + rings,
-          unwind_offset(g_nrings, g_ring_bytes, g_depth) + g_unwind_bytes - rings, MADV_REMOVE);
+  // The rings and the unwind area; not the recent stacks, which a hook on another thread may be
+  // comparing (consumer.h: release_rings).
+  const size_t rings = rings_offset(), recent = recent_stacks_offset(g_nrings, g_ring_bytes),
+               unwind = unwind_offset(g_nrings, g_ring_bytes, g_depth);
+  madvise((uint8_t*)c + rings, (recent - rings) & ~size_t(4095), MADV_REMOVE);  // (whole pages)
+  if (g_unwind_bytes) madvise((uint8_t*)c + unwind, g_unwind_bytes, MADV_REMOVE);
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }

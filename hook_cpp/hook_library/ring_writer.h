@@ -110,6 +110,8 @@ void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
   publish(t, w + 8 * words);
 }
 
+constexpr uintptr_t kClaimPopulate = 64 << 10;  // ring bytes a claim faults in
+
 // Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
 // taken over; its cursors carry on, so nothing already written is lost.
 __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
@@ -141,14 +143,18 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
       got = r, no = i + 1;
   }
   if (got) {
-    // Fault the ring in now, once a session, rather than a page at a time inside later hooks
-    // (a ring taken over from a thread that exited is in already: walking its 4 MiB of page
-    // tables again cost each new thread of a short-lived crowd tens of microseconds). One
-    // syscall per claim, never per event: a thread stopped inside a syscall is one GDB may
-    // call on. madvise wants a page-aligned start; rings are not (a 128-byte header each).
+    // Fault the ring's first chunk in now, once a session, rather than a page at a time inside
+    // the hooks that follow (a ring taken over from a thread that exited is in already); the
+    // rest memhook allocates ahead of the writer (consumer/ring_pages.h), and later hooks map
+    // it with minor faults. One syscall per claim, never per event: a thread stopped inside a
+    // syscall is one GDB may call on. madvise wants a page-aligned start; rings are not (a
+    // 128-byte header each).
     if (__atomic_load_n(&g_ring_populated[no - 1], __ATOMIC_RELAXED) != g_session.generation) {
       const uintptr_t lo = (uintptr_t)got & ~uintptr_t(4095);
-      madvise((void*)lo, (uintptr_t)got + ring_stride(g_ring_bytes) - lo, MADV_POPULATE_WRITE);
+      const uintptr_t from = (uintptr_t)(got + 1) + (got->write & (g_ring_bytes - 1));
+      const uintptr_t hi = min_of<uintptr_t>((uintptr_t)got + ring_stride(g_ring_bytes),
+                                             from + kClaimPopulate);
+      madvise((void*)lo, hi - lo, MADV_POPULATE_WRITE);
       __atomic_store_n(&g_ring_populated[no - 1], g_session.generation, __ATOMIC_RELAXED);
     }
     t.ring = got;
