@@ -68,13 +68,18 @@ class Layout:
     dlopen_mode: int   # extra mode bits that function needs
     dlerror: int
     munmap: int        # what a failed dlopen left mapped is unmapped with it
-    hook_library_base: int  # a memhook library already loaded by an earlier attach, or 0
+    # A memhook library an earlier attach loaded, or 0 and "": the one a session reuses (the
+    # first, until Session.attach picks the copy of its own build among `hook_libraries`)
+    hook_library_base: int
     hook_library_file: str
     libc: str = "glibc"     # "glibc" or "musl": which hook library the target can load
     libc_version: str = ""  # as the libc file states it ("2.31", "1.2.3"), "" if it does not
     # The program's own suppressions (`const char* __lsan_default_suppressions()`, which LSan
     # and heaptrack read too), defined in the executable: its address, or 0
     embedded_suppressions: int = 0
+    # Every memhook library loaded, (base, file), in load order: each memhook build loads its
+    # own, and each copy takes the target's static TLS for good (a few fit)
+    hook_libraries: list = field(default_factory=list)
 
     @property
     def slots(self) -> list:
@@ -378,10 +383,11 @@ def scan(pid: int, exe_path: str) -> Layout:
         dlopen, mode = libc.defined.get("__libc_dlopen_mode", 0), 0x80000000
     if not dlopen:
         raise TargetError(f"cannot find dlopen in the target's {kind} {version} ({libc.path})")
-    own = next((o for o in objects if o.skip == "memhook's own library"), None)
+    owns = [o for o in objects if o.skip == "memhook's own library"]
     return Layout(objects, real, dlopen, mode, libc.defined.get("dlerror", 0),
-                  libc.defined.get("munmap", 0), own.bias if own else 0, own.file if own else "",
-                  kind, version, embedded)
+                  libc.defined.get("munmap", 0), owns[0].bias if owns else 0,
+                  owns[0].file if owns else "", kind, version, embedded,
+                  [(o.bias, o.file) for o in owns])
 
 
 EMBEDDED_SUPPRESSIONS = "__lsan_default_suppressions"

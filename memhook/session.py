@@ -211,11 +211,15 @@ class Session:
         self.libc = f"{layout.libc} {layout.libc_version}".strip()
         self.libc_kind = (layout.libc, layout.libc_version)
         symbols = elf.exported_offsets(library)
+        for loaded in layout.hook_libraries:
+            self._refuse_if_attached(*loaded)
+        # The copy of this memhook's own library if one is loaded (another build's stays inert):
+        # every copy loaded takes the target's static TLS for good, and switching builds back
+        # and forth loaded a new one each time until dlopen failed.
+        ours = elf.file_build_id(library)
+        layout.hook_library_base, layout.hook_library_file = next(
+            ((b, f) for b, f in layout.hook_libraries if elf.file_build_id(f) == ours), (0, ""))
         base = layout.hook_library_base
-        if base:
-            self._refuse_if_attached(layout)
-        if base and elf.file_build_id(layout.hook_library_file) != elf.file_build_id(library):
-            base = 0  # an older memhook's library: leave it inert, load ours
         self.skipped_objects = [(o.path, o.skip) for o in layout.objects
                                 if o.skip and o.skip != "memhook's own library"]
         self.allocators = layout.allocators
@@ -428,10 +432,10 @@ class Session:
         self.published_modules = keys
         return True
 
-    def _refuse_if_attached(self, layout) -> None:
+    def _refuse_if_attached(self, base: int, file: str) -> None:
         """A live memhook session owns the target; one whose memhook died is taken over at once,
         however fresh its last heartbeat."""
-        owner = owning_memhook(self.pid, layout.hook_library_base, layout.hook_library_file)
+        owner = owning_memhook(self.pid, base, file)
         if owner:
             raise TargetError(f"PID {self.pid} is already being traced by memhook (PID {owner}): "
                               "stop that one first")

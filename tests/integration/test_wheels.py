@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Lines, Target, build
+from conftest import Lines, Target, build, memhook_cmd
 from test_libcs import ROOTS, Place
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,3 +139,39 @@ def test_wheel_with_each_python(tmp_path, version, targets):
     assert rep.returncode == 0, rep.stderr
     late = late_leak_sites(json.loads(rep.stdout))
     assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
+
+
+def test_switching_builds_loads_each_library_once(tmp_path, targets):
+    """Sessions of the source build and of the wheel in turn on one target: each build's hook
+    library is loaded once and reused. (Each copy takes the target's static TLS for good;
+    attach reused only the first copy loaded, so every switch loaded another, until dlopen
+    failed with "cannot allocate memory in static TLS block".)"""
+    import glob
+    bases = sorted(glob.glob("/root/.pyenv/versions/3.11.*/bin/python3"))
+    if not bases:
+        pytest.skip("no CPython 3.11 in /root/.pyenv/versions")
+    venv = tmp_path / "v"
+    subprocess.run([bases[-1], "-m", "venv", str(venv)], check=True)
+    r = subprocess.run([str(venv / "bin/pip"), "install", "-q", str(wheel_for("311"))],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # Another build of the library, as another memhook version's: its build-id changed.
+    from memhook.elf import file_build_id
+    from memhook.session import hook_library
+    lib = next(venv.glob("lib/python3.11/site-packages/memhook/libmemhook_hook.so"))
+    data, bid = lib.read_bytes(), bytes.fromhex(file_build_id(str(lib)))
+    assert data.count(bid) == 1
+    lib.write_bytes(data.replace(bid, bytes([bid[0] ^ 0xff]) + bid[1:]))
+    assert file_build_id(str(lib)) != file_build_id(hook_library())
+    target = targets(build(tmp_path, "burst.c"))
+    builds = {"source": memhook_cmd(), "wheel": [str(venv / "bin/memhook")]}
+    for name in ["wheel", "source"] * 4:  # (the wheel's first: the source build's copy is not)
+        run = subprocess.run(builds[name] + ["-p", str(target.pid), "--duration", "0.3",
+                                             "--no-live"], capture_output=True, text=True,
+                             timeout=120, cwd="/")
+        assert run.returncode == 0, (name, run.stderr[-2000:])
+        target.command("burst 1 1000")
+    with open(f"/proc/{target.pid}/maps") as f:
+        copies = {tuple(line.split()[3:5]) for line in f if "libmemhook_hook.so" in line}
+    assert len(copies) == 2, copies  # (device, inode) of each library file mapped
+    assert target.finish() == 0
