@@ -9,6 +9,7 @@
 namespace {
 
 void check_consumer();
+void wake_consumer(ThreadState& t, uint64_t w);  // (ring_writer.h)
 
 uint64_t g_max_wait_ns;  // 0: a full ring drops at once
 bool g_lossless;
@@ -26,8 +27,7 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
   if (!g_max_wait_ns || (!g_lossless && t.cached_read < t.wait_again_at)) return UINT64_MAX;
   const uint64_t t0 = monotonic_ns(), deadline = t0 + g_max_wait_ns;
   uint64_t rd = UINT64_MAX, now = t0;
-  __atomic_fetch_add(&g_ctl->wake, 1, __ATOMIC_RELEASE);
-  syscall(SYS_futex, &g_ctl->wake, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  wake_consumer(t, t.write);
   for (;;) {
     __atomic_store_n(&r->waiting, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the consumer's store of `read`, then its look

@@ -698,34 +698,33 @@ class Symbolizer:
         """Look many addresses up at once: natively, or one LineTool run per module file."""
         if self.line_tool is None and not self.native_lines:
             return
-        by_module: dict = {}
+        by_module: dict = {}  # id(module) -> (module, its addresses not looked up yet)
         for a in set(int(x) for x in addresses) - self._cache.keys():
             m = self._module_of(a)
             if m is not None and a not in CUT_MARKERS:
-                by_module.setdefault(id(m), (m, [], []))[1].append(a - m["bias"] - 1)
-                by_module[id(m)][2].append(a)
-        loud = sys.stderr.isatty() and sum(len(v) for _, v, _ in by_module.values()) >= 2000
-        for m, vaddrs, _ in by_module.values():
+                by_module.setdefault(id(m), (m, []))[1].append(a)
+        loud = sys.stderr.isatty() and sum(len(v) for _, v in by_module.values()) >= 2000
+        for m, addresses in by_module.values():
             syms = self._module_symbols(m)
-            if syms is not None:
-                syms.name_many(vaddrs)
-            if syms is not None and self.line_tool is None:
+            if syms is None:
+                continue
+            vaddrs = [a - m["bias"] - 1 for a in addresses]  # (the call, before the return)
+            syms.name_many(vaddrs)
+            if self.line_tool is None:
                 syms.locate_many(vaddrs)
                 if syms.considered is not None and syms.stored != len(syms.located):
                     symbol_cache.store(m, self.lookup, syms.entry())
                     syms.stored = len(syms.located)
-            elif syms is not None and syms.dwarf_path:
+            elif syms.dwarf_path:
                 if loud:
                     print(f"\rmemhook: symbolizing {len(vaddrs)} addresses in "
                           f"{os.path.basename(m['path'])} ({self.line_tool.name})\x1b[K", end="",
                           file=sys.stderr, flush=True)
                 syms.located.update(self.line_tool.locate_many(syms.dwarf_path, vaddrs))
+            for a in addresses:  # every frame now, the module known
+                self._cache[a] = self._frames_in(a, m, syms)
         if loud:
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
-        for m, _, addresses in by_module.values():  # every frame now, the module known
-            syms = self._module_symbols(m)
-            for a in addresses:
-                self._cache[a] = self._frames_in(a, m, syms)
 
     def frames(self, address: int) -> list:
         """The frames at one return address, innermost (inlined) first."""
@@ -773,8 +772,7 @@ def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     them: `attributed_frame` goes on the stack)."""
     addresses = [int(x) for x in addresses] if not hasattr(addresses, "tolist") \
         else addresses.tolist()
-    made, out = symbolizer._dicts, []
+    out: list = []
     for x in addresses:
-        got = made.get(x)
-        out += got if got is not None else symbolizer.frame_dicts(x)
+        out += symbolizer.frame_dicts(x)
     return without_root_marker(out) if _native.FRAME_NO_UNWIND_INFO in addresses else out
