@@ -90,7 +90,7 @@ def take(pid: int, libc: str, libc_version: str, keep_blocks: bool = False,
     args = dict(
         glibc_minor=minor,
         libc_data=[(m.start, m.end) for m in maps if elf.is_libc(m.path) and m.perms[:2] == "rw"],
-        heap=next(((m.start, m.end) for m in maps if m.path == "[heap]"), (0, 0)),
+        heap=brk_heap(maps),
         anonymous=[(m.start, m.end) for m in maps
                    if not m.path and m.perms[:2] == "rw" and m.perms[3] == "p"],
         files=[(m.start, m.end, index[m.path], "x" in m.perms) for m in maps if m.path in index],
@@ -175,6 +175,20 @@ def summarize(raw: dict, paths: list[str], seconds: float) -> dict:
         "walk_seconds": raw["elapsed_ns"] / 1e9, "seconds": seconds,
         "type_names": [""] + [type_names[i] for i in range(1, len(raw["types"]) + 1)],
     }
+
+
+def brk_heap(maps) -> tuple[int, int]:
+    """The [heap] from its start to the brk. A child that grew it after fork() shows it as two
+    or more mappings side by side (its part and the parent's are different VMAs): one range."""
+    parts = [(m.start, m.end) for m in maps if m.path == "[heap]"]
+    if not parts:
+        return 0, 0
+    lo, hi = parts[0]
+    for start, end in parts[1:]:
+        if start != hi:
+            break
+        hi = end
+    return lo, hi
 
 
 def freed_in_session(census: dict, classes: list) -> dict:

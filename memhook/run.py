@@ -291,6 +291,8 @@ class Run:
 
     def discover(self, name: str) -> None:
         for pid in procfs.pids_named(name):
+            if self.stop["reason"]:  # Ctrl-C between two attaches: attach no more
+                return
             try:
                 key = (pid, procfs.start_ticks(pid))
             except (OSError, ValueError, IndexError):

@@ -475,7 +475,8 @@ class Session:
             module_files.keep(self.modules.values(), self.kept_files)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
                                     symbols=elf.exported_offsets(self.library),
-                                    read_stats=self.stats_reader is not None)
+                                    read_stats=self.stats_reader is not None,
+                                    entries=bool(self.entry_plans))
             try:
                 result = (self.way_in or GdbWayIn()).detach(request)
             except TargetError as e:

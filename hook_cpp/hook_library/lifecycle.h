@@ -178,6 +178,15 @@ extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   return (int)g_ctl->nlate;
 }
 
+// memhook_start, then memhook_patch, in one call: for a target with no entry to patch (whose
+// refusal check comes between the two), one call fewer in its pause. 0, start's error, or -6
+// when no session is armed; the late slots patched are in the control block.
+extern "C" __attribute__((visibility("default"))) int memhook_start_and_patch(const char* shm_path) {
+  const int rc = memhook_start(shm_path);
+  if (rc != 0) return rc;
+  return memhook_patch() < 0 ? -6 : 0;
+}
+
 // Detach (the other threads run during GDB's call, as at attach): every hook passes through,
 // and every slot that still holds its hook gets its original back (slots.h). Takes no lock: a
 // thread GDB stopped may hold any. Returns the slots restored.

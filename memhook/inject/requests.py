@@ -77,6 +77,7 @@ class DetachRequest:
     lib_base: int
     symbols: dict          # (the slots to restore are in the segment: slots.h)
     read_stats: bool = False  # as AttachRequest's, before the slots are restored
+    entries: bool = True      # whether this session planned entry patches (none: no call)
     layout: dict = field(default_factory=control_layout)
     arch: dict = field(default_factory=arch_layout)
     action: str = "detach"

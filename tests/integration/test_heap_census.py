@@ -5,6 +5,7 @@ estimate against what malloc_trim(0) then really returns; a heap changing under 
 corrupt heap. On this host, and in the older and newer glibc roots of test_libcs.py."""
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import subprocess
@@ -259,3 +260,22 @@ def test_census_in_older_and_newer_glibc(tmp_path, place):  # noqa: F811
 def glibc_here() -> str:
     out = subprocess.run(["ldd", "--version"], capture_output=True, text=True).stdout
     return re.search(r"(\d+\.\d+)\s*$", out.splitlines()[0]).group(1)
+
+
+def test_census_of_a_child_whose_heap_grew_after_fork(tmp_path):
+    """A forked child's [heap] is two mappings once it grows (PostgreSQL's backends: every one
+    of them had no census): the census takes them as one heap and finds the child's blocks."""
+    exe = build(tmp_path, "forked_heap.c")
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(proc.stdout.readline().split()[1])
+        with open(f"/proc/{child}/maps") as f:
+            heaps = [line for line in f if line.rstrip().endswith("[heap]")]
+        assert len(heaps) >= 2, heaps  # (the kernel's doing, which this test depends on)
+        census, _ = heap_census.take(child, "glibc", platform.libc_ver()[1])
+        assert census["problem"] == "", census["problem"]
+        sizes = {s["size"]: s["blocks"] for s in census["by_size"]}
+        assert sizes[1000] == 3000, sizes  # (usable size of malloc(1000))
+    finally:
+        proc.kill()
+        proc.wait()

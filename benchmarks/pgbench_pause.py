@@ -1,0 +1,177 @@
+"""How long memhook stops each process of PostgreSQL while pgbench keeps both cores busy.
+
+Each cycle: a fresh cluster (Debian's PostgreSQL 15) is loaded by `pgbench -c 8 -j 2` for the
+whole cycle; after a baseline, `memhook --pid-of postgres` attaches to every postgres process
+(postmaster, background workers, the 8 backends), one after another, traces once all are
+attached, and detaches with SIGINT.
+
+Two figures per process and phase:
+- memhook's own: from GDB's ptrace attach to its detach, less the time the target ran while GDB
+  waited (the "target paused X ms" of each attached/detached line);
+- the clients': pgbench's per-transaction log (`-l`). A transaction that was in flight while its
+  backend was stopped took at least that long, so the longest transaction that ended within a
+  phase, less the longest in the baseline, bounds from above what the pause added (it includes
+  the CPU contention of GDB and memhook themselves on a 2-core machine).
+
+    sudo .venv/bin/python benchmarks/pgbench_pause.py [--cycles 3] [--clients 8]
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from driver import spread
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def as_postgres(*argv, **kw):
+    return subprocess.run(["runuser", "-u", "postgres", "--", *map(str, argv)], **kw)
+
+
+class Cluster:
+    def __init__(self, tmp: Path, port: int):
+        self.tmp, self.port, self.data = tmp, port, tmp / "pgdata"
+        shutil.chown(tmp, "postgres")
+        as_postgres(BIN / "initdb", "-D", self.data, "-A", "trust", "-U", "postgres",
+                    check=True, capture_output=True)
+        self.proc = subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", str(BIN / "postgres"), "-D", str(self.data),
+             "-p", str(port), "-k", str(tmp), "-c", "listen_addresses=", "-c",
+             "max_connections=50"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if as_postgres(BIN / "pg_isready", "-h", tmp, "-p", port,
+                           capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        self.bench("-i", "-s", "4", "-q")
+
+    def bench(self, *args, **kw):
+        return as_postgres(BIN / "pgbench", "-h", self.tmp, "-p", self.port, *args, "postgres",
+                           check=True, capture_output=True, **kw)
+
+    def load(self, clients: int, seconds: float, log_dir: Path):
+        shutil.chown(log_dir, "postgres")
+        return subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", str(BIN / "pgbench"), "-h", str(self.tmp), "-p",
+             str(self.port), "-c", str(clients), "-j", "2", "-T", str(int(seconds)), "-l",
+             "--log-prefix", str(log_dir / "tx"), "postgres"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def close(self):
+        # Fast shutdown: the postmaster's children go with it (runuser passes no signal on).
+        as_postgres(BIN / "pg_ctl", "stop", "-D", self.data, "-m", "fast", "-w",
+                    capture_output=True)
+        self.proc.wait(20)
+
+
+def transactions(log_dir: Path):
+    """(end time in s, latency in ms) of every transaction pgbench logged."""
+    out = []
+    for name in glob.glob(str(log_dir / "tx*")):
+        with open(name) as f:
+            for line in f:
+                w = line.split()
+                out.append((int(w[4]) + int(w[5]) / 1e6, int(w[2]) / 1000.0))
+    return out
+
+
+def longest(tx, t0, t1) -> float:
+    return max((lat for end, lat in tx if t0 <= end < t1), default=float("nan"))
+
+
+def cycle(a, tmp: Path) -> dict:
+    cluster = Cluster(tmp, a.port)
+    logs = tmp / "logs"
+    logs.mkdir()
+    try:
+        load = cluster.load(a.clients, 600, logs)  # (ended with the cluster)
+        time.sleep(1.0)  # connections made, the backends forked
+        b0 = time.time()
+        time.sleep(a.baseline)
+        t_attach = time.time()
+        expected = len(subprocess.run(["pgrep", "-x", "postgres"], capture_output=True,
+                                      text=True).stdout.split())
+        mh = subprocess.Popen([sys.executable, "-m", "memhook", "--pid-of", "postgres",
+                               "--no-live", "--format", "json", "--interval", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              cwd="/")
+        lines, attached = [], threading.Event()
+
+        def read():
+            for line in mh.stdout:
+                lines.append(line)
+                if sum("attached to PID" in x for x in lines) >= expected:
+                    attached.set()
+        reader = threading.Thread(target=read)
+        reader.start()
+        attached.wait(120)  # (one after another: about a second each)
+        time.sleep(a.trace)
+        t_detach = time.time()
+        mh.send_signal(signal.SIGINT)
+        mh.wait(120)
+        reader.join()
+        out, err = "".join(lines), ""
+        t_end = time.time()
+    finally:
+        cluster.close()
+        load.wait(60)
+    attach = [float(x) for x in re.findall(r"attached.*paused ([\d.]+) ms", out + err)]
+    detach = [float(x) for x in re.findall(r"detached.*paused ([\d.]+) ms", out + err)]
+    if not attach:
+        sys.exit(f"memhook attached to nothing:\n{out[-2000:]}\n{err[-2000:]}")
+    tx = transactions(logs)
+    base = longest(tx, b0, t_attach)
+    if os.environ.get("PGBENCH_PAUSE_LOG"):
+        Path(os.environ["PGBENCH_PAUSE_LOG"]).write_text(out + err)
+    return {"processes": len(attach), "attach": attach, "detach": detach,
+            "tx_base": base, "tx_attach": longest(tx, t_attach, t_detach),
+            "tx_detach": longest(tx, t_detach, t_end),
+            "tps_base": sum(1 for e, _ in tx if b0 <= e < t_attach) / (t_attach - b0)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--baseline", type=float, default=3.0)
+    ap.add_argument("--trace", type=float, default=3.0)
+    ap.add_argument("--port", type=int, default=55432)
+    a = ap.parse_args()
+    if os.geteuid() != 0 or not (BIN / "postgres").exists():
+        sys.exit("needs root and Debian's postgresql-15 (apt-get install postgresql)")
+    rows = []
+    for i in range(a.cycles):
+        tmp = Path(tempfile.mkdtemp(prefix="mh-pgbench-"))
+        try:
+            r = cycle(a, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        rows.append(r)
+        print(f"cycle {i + 1}: {r['processes']} processes, {r['tps_base']:.0f} tps alone; "
+              f"pause attach max {max(r['attach']):.1f} ms, detach max "
+              f"{max(r['detach'] or [float('nan')]):.1f} ms; longest transaction "
+              f"{r['tx_base']:.1f} ms alone, {r['tx_attach']:.1f} attaching/tracing, "
+              f"{r['tx_detach']:.1f} detaching", flush=True)
+    att = [x for r in rows for x in r["attach"]]
+    det = [x for r in rows for x in r["detach"]]
+    print(f"\nevery process, every cycle ({len(att)} attaches, {len(det)} detaches):")
+    print(f"  attach pause: {spread(att, ' ms', 1)}; over 20 ms: {sum(x > 20 for x in att)}")
+    print(f"  detach pause: {spread(det, ' ms', 1)}; over 20 ms: {sum(x > 20 for x in det)}")
+    print("  longest pgbench transaction, alone / attach+trace / detach: "
+          f"{spread([r['tx_base'] for r in rows], ' ms', 1)} / "
+          f"{spread([r['tx_attach'] for r in rows], ' ms', 1)} / "
+          f"{spread([r['tx_detach'] for r in rows], ' ms', 1)}")
+
+
+if __name__ == "__main__":
+    main()
