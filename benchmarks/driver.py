@@ -10,6 +10,14 @@ from pathlib import Path
 HERE = Path(__file__).parent
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def build(name: str, tmp: Path, *flags: str) -> str:
     exe = tmp / name
     subprocess.run(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", *flags, "-o", str(exe),

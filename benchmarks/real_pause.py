@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from driver import Session
+from driver import Session, free_port
 
 PY_SERVER = r"""
 import socket, sys, threading
@@ -50,12 +50,6 @@ def accept():
 threading.Thread(target=accept, daemon=True).start()
 threading.Event().wait()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def connect(port: int, timeout: float = 10.0) -> socket.socket:
