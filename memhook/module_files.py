@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import secrets
 import shutil
 import stat
 
@@ -80,7 +79,7 @@ def keep(modules, kept: set) -> None:
             if os.path.exists(target):
                 continue
             _own_dir(os.path.dirname(target))
-            tmp = f"{target}.{secrets.token_hex(8)}.tmp"
+            tmp = f"{target}.{os.urandom(8).hex()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600)
             try:

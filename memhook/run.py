@@ -309,6 +309,11 @@ class Run:
         print(f"memhook: detached{who} ({reason}): {s.restored} slots restored"
               + (f"; target paused {s.pause_ms['detach']:.1f} ms" if "detach" in s.pause_ms
                  else ""), flush=True)
+        if s.rebound:
+            print(f"memhook: PID {s.pid}: {len(s.rebound)} slot(s) were bound by the dynamic "
+                  "loader over memhook's hook (a first call's lazy binding under way as memhook "
+                  "attached): calls through them were not traced; they hold the real function",
+                  file=sys.stderr, flush=True)
         if s.abandoned:
             print(f"memhook: PID {s.pid} had stopped tracing by itself before detach: memhook's "
                   f"heartbeat looked older than {s.options.abandon_after_s:g} s to it (memhook "

@@ -153,6 +153,7 @@ class Session:
     end_reason: str = ""
     restored: int = 0
     not_restored: list = field(default_factory=list)
+    rebound: list = field(default_factory=list)  # slots the loader bound over the hook
     lib_base: int = 0
     detach_error: str = ""  # the slots could not be restored: the hooks stay, as pass-throughs
     segment: Segment | None = None
@@ -485,6 +486,7 @@ class Session:
             self.detach_error = result.get("error", "")
             self.restored = len(result.get("restored", []))
             self.not_restored = result.get("changed", [])
+            self.rebound = result.get("rebound", [])
             if "stats" in result:
                 self.allocator_stats["detach"] = allocator_stats.wait_for(self.consumer,
                                                                           self.stats_reader)

@@ -38,10 +38,11 @@ enum Clock : uint32_t { kClockTsc = 0, kClockMonotonic = 1 };
 enum Mode : int32_t { kEvery = 0, kSelective = 2 /* a size filter or sampling */, kOff = 3 };
 // A slot's state: memhook plans it (kSlotPlanned), the hook library patches it or leaves it alone
 // (kSlotSkipped, kSlotUnreadable), and restores it (kSlotRestored); a late slot whose library
-// was unloaded is kSlotGone (hook_library/slots.h).
+// was unloaded is kSlotGone; a slot the dynamic loader bound over the hook (a lazy binding under
+// way at attach) holds the real function at detach: kSlotRebound (hook_library/slots.h).
 enum SlotState : uint32_t {
   kSlotEmpty = 0, kSlotPatched = 1, kSlotGone = 2, kSlotPlanned = 3, kSlotSkipped = 4,
-  kSlotUnreadable = 5, kSlotRestored = 6
+  kSlotUnreadable = 5, kSlotRestored = 6, kSlotRebound = 7
 };
 
 // A GOT/data slot of a hooked function: planned by memhook (Control::slots) and patched by the

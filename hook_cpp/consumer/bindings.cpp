@@ -581,6 +581,7 @@ PYBIND11_MODULE(_native, m) {
                                    py::arg("skipped") = (int)kSlotSkipped,
                                    py::arg("unreadable") = (int)kSlotUnreadable,
                                    py::arg("restored") = (int)kSlotRestored,
+                                   py::arg("rebound") = (int)kSlotRebound,
                                    py::arg("gone") = (int)kSlotGone);
   m.attr("MAX_SLOTS") = kMaxSlots;
   m.attr("MAX_LATE_SLOTS") = kMaxLateSlots;

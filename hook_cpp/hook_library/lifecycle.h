@@ -14,8 +14,8 @@ __attribute__((noinline)) void abandon() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   lock_scan();
-  restore_slots<false>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots));
-  restore_slots<false>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots));
+  restore_slots<false>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots), c->real);
+  restore_slots<false>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots), c->real);
   unlock_scan();
   g_unwind = nullptr;
   // The rings and the unwind area; not the recent stacks, which a hook on another thread may be
@@ -194,6 +194,6 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   if (!c) return 0;
-  return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots)) +
-               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots)));
+  return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots), c->real) +
+               restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots), c->real));
 }

@@ -59,20 +59,28 @@ __attribute__((noinline)) void patch_planned(Control* c) {
   }
 }
 
-// Every slot still patched and still holding its hook gets its original back; one holding
-// something else (the program wrote it since) is left as it is, and stays marked patched.
-// `probe`: first check that the slot's page is still mapped (detach: its object may have been
-// unloaded since memhook's scan).
+// Every slot still patched and still holding its hook gets its original back. One holding the
+// real function was bound by the dynamic loader over the hook (a thread inside _dl_fixup for
+// its first call as memhook patched it: the loader's store came last): nothing of memhook's is
+// in it, it is left as the loader made it, and marked kSlotRebound (calls through it went
+// untraced; memhook says so). One holding anything else (the program wrote it since) is left as
+// it is, and stays marked patched. `probe`: first check that the slot's page is still mapped
+// (detach: its object may have been unloaded since memhook's scan). `real`: Control::real.
 template <bool probe>
-uint32_t restore_slots(PatchedSlot* slots, uint32_t n) {
+uint32_t restore_slots(PatchedSlot* slots, uint32_t n, const uint64_t* real) {
   uint32_t restored = 0;
   for (uint32_t i = 0; i < n; i++) {
     PatchedSlot& s = slots[i];
     if (__atomic_load_n(&s.state, __ATOMIC_ACQUIRE) != kSlotPatched) continue;
     uint64_t* slot = (uint64_t*)s.addr;
-    if ((!probe || slot_mapped(s.addr)) && __atomic_load_n(slot, __ATOMIC_RELAXED) == s.hook &&
-        write_slot(slot, s.original, s.readonly)) {
+    if (probe && !slot_mapped(s.addr)) continue;
+    const uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (cur == s.hook && write_slot(slot, s.original, s.readonly)) {
       __atomic_store_n(&s.state, (uint16_t)kSlotRestored, __ATOMIC_RELEASE);
+      restored++;
+    } else if (cur != s.hook && s.hook_id < (uint32_t)kMaxHooks && real[s.hook_id] &&
+               cur == real[s.hook_id]) {
+      __atomic_store_n(&s.state, (uint16_t)kSlotRebound, __ATOMIC_RELEASE);
       restored++;
     }
   }

@@ -335,17 +335,20 @@ def do_detach(P, out):
         out["entries_restored"] = locked_call(base + sym["memhook_restore_entries"])
     call("int(*)(void)", base + sym["memhook_stop"])
     states = P["layout"]["slot_states"]
-    restored, changed = [], []
+    restored, changed, rebound = [], [], []
     planned, late = slots_found(P, base)
     for addr, state, original, hook in planned + late:
         if state == states["restored"]:
             restored.append([addr, original])
+        elif state == states["rebound"]:  # it holds the real function: the loader's binding
+            restored.append([addr, rd(addr)])
+            rebound.append(addr)
         elif state == states["patched"]:  # it holds something else now, or its page is gone
             try:
                 changed.append([addr, rd(addr)])
             except gdb.MemoryError:
                 changed.append([addr, None])
-    out["restored"], out["changed"] = restored, changed
+    out["restored"], out["changed"], out["rebound"] = restored, changed, rebound
 
 
 def prime_ptrace():

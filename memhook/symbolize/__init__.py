@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import copy
 import ctypes
-import ctypes.util
 import json
 import os
 import re
@@ -59,10 +58,14 @@ class Frame:
 
 @lru_cache(maxsize=None)
 def _cxa_demangle():
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+    try:  # (the soname first: find_library runs ldconfig, a subprocess)
+        lib = ctypes.CDLL("libstdc++.so.6")
     except OSError:
-        return None
+        from ctypes.util import find_library
+        try:
+            lib = ctypes.CDLL(find_library("stdc++") or "libstdc++.so")
+        except OSError:
+            return None
     fn = lib.__cxa_demangle
     fn.restype = ctypes.c_void_p
     fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
