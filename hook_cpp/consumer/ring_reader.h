@@ -92,6 +92,7 @@ class RingReader {
     uint64_t read = 0;     // cursor past the last event applied
     uint64_t seen_write = 0;  // the writer's cursor at the previous look
     RingClock clock;       // when its events happened (event_times.h)
+    EventTimes::Found found;  // its clock records read so far (event_times.h)
     uint32_t tid = 0;      // its writer (kThread records)
     bool blocked = false;  // its next event waits for another ring
     bool force = false;    // apply the next event without waiting
@@ -191,7 +192,7 @@ class RingReader {
     }
     const uint64_t now = read_clock(ctl_->clock);  // after the cursor: an upper bound for it
     if (rs.clock.anchor_w > rd || rd - rs.clock.anchor_w > cap) rs.clock.anchor_w = rd;  // forged cursors
-    times_.begin(rs.clock, data, cap, rd, w, now);
+    times_.begin(rs.clock, rs.found, data, cap, rd, w, now);
     // While the writer is moving, leave the cache line it is filling alone: reading it would
     // take the line away from the writer's core in the middle of its records.
     const uint64_t limit = (w == rs.seen_write || final) ? w : w & ~uint64_t(63);

@@ -138,6 +138,10 @@ def run_report(argv: list[str]) -> int:
         emit(json.dumps(d, indent=1) if a.format == "json"
              else render_diff_text(d, top=a.top or 10, full_names=a.full_names), a.output)
         return EXIT_OK
+    figures = None
+    if a.format == "html" and not a.otlp and not a.print_suppressions:
+        from ..reporters.plots_beside import Beside
+        figures = Beside(cap, symbolizer, "svg")  # drawn meanwhile, in a child
     rep = model.build(cap, symbolizer, filters)
     if suppressions.leak_check_asked(a):
         known = suppressions.load(a.suppressions, a.default_suppressions,
@@ -171,7 +175,7 @@ def run_report(argv: list[str]) -> int:
         for path in plots.write(cap, rep, symbolizer, a.plots, a.plot_format):
             print(f"memhook: wrote {path}", file=sys.stderr)
     emit(reporters.render(a.format, cap, rep, symbolizer, top=a.top, weight=a.weight,
-                          full_names=a.full_names), a.output)
+                          full_names=a.full_names, figures=figures), a.output)
     if a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak):
         return suppressions.EXIT_LEAKS
     return EXIT_OK

@@ -10,7 +10,7 @@ from .. import attribution
 from ..capture import Capture
 from ..format import duration_text, frame_name, frame_text, human_bytes, leak_site
 from ..short_names import short
-from . import plots
+from .plot_style import KIND_COLOURS as RESIDENT_COLOURS
 from .text import (census_lines, census_ok, dropped_frees_lines, mapping_lines,
                    process_memory_text)
 
@@ -186,7 +186,10 @@ def flame_frames(frames: list, exes: set, seen: dict) -> tuple[list, list, list]
             got = seen[id(f)] = (name, frame_kind(f, exes),  # (f held: its id stays its own)
                                  short(f["function"]) if f.get("function") else name, f)
         out.append(got)
-    return [g[0] for g in out], [g[1] for g in out], [g[2] for g in out]
+    if not out:
+        return [], [], []
+    names, kinds, shorts, _ = zip(*out)
+    return list(names), list(kinds), list(shorts)
 
 
 def _count(n: int) -> str:
@@ -260,14 +263,14 @@ def _resident_html(report: dict) -> list[str]:
         for p in res["parts"]:
             if p["rss_bytes"] * 1000 >= rss:
                 out.append(f"<div style='width:{100 * p['rss_bytes'] / rss:.3f}%;background:"
-                           f"{plots.KIND_COLOURS.get(p['kind'], '#999')}' title='"
+                           f"{RESIDENT_COLOURS.get(p['kind'], '#999')}' title='"
                            f"{html.escape(p['part'], quote=True)}: "
                            f"{human_bytes(p['rss_bytes'])}'></div>")
         out.append("</div><table><tr><th>part</th><th class='num'>resident</th>"
                    "<th class='num'>private dirty</th><th class='num'>swap</th></tr>")
         for p in res["parts"]:
             out.append(f"<tr><td><span class='key' style='background:"
-                       f"{plots.KIND_COLOURS.get(p['kind'], '#999')}'></span>"
+                       f"{RESIDENT_COLOURS.get(p['kind'], '#999')}'></span>"
                        f"{html.escape(p['part'])}</td>"
                        f"<td class='num'>{human_bytes(p['rss_bytes'])}</td>"
                        f"<td class='num'>{human_bytes(p['private_dirty_bytes'])}</td>"
@@ -286,9 +289,15 @@ def _resident_html(report: dict) -> list[str]:
     return out
 
 
-def render(cap: Capture, report: dict, symbolizer, **_) -> str:
+def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
+    """`figures`: a plots_beside.Beside started before the model was built (the plots drawn
+    meanwhile in a child process), or None: drawn here."""
     t = report["totals"]
-    figures = plots.render(cap, report, symbolizer, "svg")
+    if figures is None:
+        from . import plots
+        figures = plots.render(cap, report, symbolizer, "svg")
+    else:
+        figures = figures.result(report)
     svg = {k: v.decode().split("?>", 1)[-1] for k, v in figures.items()}  # drop XML headers
     procs = report.get("processes")
     who = f"{len(procs)} processes" if procs else f"PID {report['pid']}"

@@ -170,15 +170,19 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
     sites = []
     progress = Progress("symbolizing call stacks", len(candidates))
+    # Each column as a list once (an int() of a numpy element per key and stack: 10,000 stacks
+    # took 0.05 s).
+    keys = SITE_KEYS + UNCERTAIN_COLUMNS + (("peak_bytes",) if "peak_bytes" in cap.sites else ())
+    columns = [(k, cap.sites[k].tolist()) for k in keys]
+    op_masks = cap.sites["op_mask"].tolist()
     for i in candidates:
         progress.step()
-        frames = site_frames(cap, int(i), symbolizer)
+        i = int(i)
+        frames = site_frames(cap, i, symbolizer)
         if not filters.keep(frames):
             continue
-        site = {k: int(cap.sites[k][i]) for k in SITE_KEYS + UNCERTAIN_COLUMNS}
-        if "peak_bytes" in cap.sites:
-            site["peak_bytes"] = int(cap.sites["peak_bytes"][i])
-        site["operations"] = hooks.operation_names(int(cap.sites["op_mask"][i]))
+        site = {k: column[i] for k, column in columns}
+        site["operations"] = hooks.operation_names(op_masks[i])
         site["frames"] = frames
         if cap.by_process is not None:
             bp = cap.by_process
@@ -280,8 +284,8 @@ def attribute(report: dict, rules: attribution.Rules) -> None:
             frames = node.get("frames")
             if isinstance(frames, list) and frames and isinstance(frames[0], dict):
                 node["attributed_frame"] = attribution.attributed(frames, rules)
-            for k, v in node.items():
-                if k != "frames" or not isinstance(v, list):  # (frames hold no stacks)
+            for k, v in node.items():  # (frames hold no stacks; numbers and strings none)
+                if k != "frames" and isinstance(v, (dict, list)):
                     walk(v)
         elif isinstance(node, list) and node and isinstance(node[0], (dict, list)):
             for v in node:  # (not lists of numbers: histograms, series)

@@ -17,8 +17,8 @@ from .. import analysis  # noqa: E402
 from ..capture import Capture, private_file  # noqa: E402
 from ..format import distinct_labels, frame_name, human_bytes  # noqa: E402
 from ..symbolize import stack_frames  # noqa: E402
+from .plot_style import KIND_COLOURS, STACKS_SHOWN  # noqa: E402
 
-STACKS_SHOWN = 8
 
 
 def _binary_ticks(axis, top: float) -> None:
@@ -28,10 +28,6 @@ def _binary_ticks(axis, top: float) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: human_bytes(v)))
 
 
-# The resident memory's kinds of part (resident.py), one colour each here and in the HTML bar.
-KIND_COLOURS = {"heap": "#e8864a", "arena": "#f2b07f", "mmapped": "#d9b36b", "mmap": "#5b8fd1",
-                "anonymous": "#9dbbe3", "stack": "#8cc67c", "file": "#b5b5b5",
-                "shared": "#c49ad8", "memhook": "#e06666", "kernel": "#dddddd"}
 # Their groups as the time series holds them (capture PART_COLUMNS), with labels and colours.
 PART_LAYERS = (("rss_heap_bytes", "malloc heaps", KIND_COLOURS["heap"]),
                ("rss_anonymous_bytes", "anonymous mmap", KIND_COLOURS["anonymous"]),

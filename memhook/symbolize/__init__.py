@@ -457,7 +457,7 @@ class ModuleSymbols:
             self.located[vaddr] = as_reported([f for f in frames if f[1]])
 
     def function(self, vaddr: int) -> str | None:
-        if any(lo <= vaddr < hi for lo, hi in self.signal_spans):
+        if self.signal_spans and any(lo <= vaddr < hi for lo, hi in self.signal_spans):
             return SIGNAL_FRAME
         if vaddr in self.named:
             return self.named[vaddr]
@@ -702,7 +702,7 @@ class Symbolizer:
         if self.line_tool is None and not self.native_lines:
             return
         by_module: dict = {}  # id(module) -> (module, its addresses not looked up yet)
-        for a in set(int(x) for x in addresses) - self._cache.keys():
+        for a in set(int(x) for x in addresses) - self._dicts.keys():
             m = self._module_of(a)
             if m is not None and a not in CUT_MARKERS:
                 by_module.setdefault(id(m), (m, []))[1].append(a)
@@ -724,8 +724,36 @@ class Symbolizer:
                           f"{os.path.basename(m['path'])} ({self.line_tool.name})\x1b[K", end="",
                           file=sys.stderr, flush=True)
                 syms.located.update(self.line_tool.locate_many(syms.dwarf_path, vaddrs))
-            for a in addresses:  # every frame now, the module known
-                self._cache[a] = self._frames_in(a, m, syms)
+            dicts = self._dicts
+            if self.line_tool is not None:
+                for a in addresses:  # every frame now, the module known: as reports hold them
+                    dicts[a] = self._dicts_in(a, m, syms)
+                continue
+            # Everything looked up above: read straight from the tables (44,000 addresses of
+            # a 10,000-stack report in libc, 0.1 s less than through locate() and function()).
+            located, named, path = syms.located, syms.named, m["path"]
+            in_signal = np.zeros(len(vaddrs), bool)
+            if syms.signal_spans:
+                at_ = np.asarray(vaddrs, np.uint64)
+                for lo, hi in syms.signal_spans:
+                    in_signal |= (at_ >= lo) & (at_ < hi)
+            for a, vaddr, signal_frame in zip(addresses, vaddrs, in_signal.tolist()):
+                where = located.get(vaddr)
+                if where is None:
+                    dicts[a] = self._dicts_in(a, m, syms)
+                    continue
+                outer = SIGNAL_FRAME if signal_frame else named.get(vaddr)
+                at = f"0x{a:x}"
+                if not where:
+                    dicts[a] = [{"address": at, "module": path, "offset": vaddr + 1,
+                                 "function": outer, "file": None, "line": None}]
+                    continue
+                out = [{"address": at, "module": path, "offset": vaddr + 1, "function": name,
+                        "file": f, "line": ln, "inlined": True} for name, f, ln in where[:-1]]
+                name, f, ln = where[-1]
+                out.append({"address": at, "module": path, "offset": vaddr + 1,
+                            "function": outer or name, "file": f, "line": ln})
+                dicts[a] = out
         if loud:
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
 
@@ -755,6 +783,24 @@ class Symbolizer:
                for name, f, ln in where[:-1]]
         name, f, ln = where[-1]
         out.append(Frame(address, module["path"], vaddr, outer or name, f, ln))
+        return out
+
+    @staticmethod
+    def _dicts_in(address: int, module: dict, syms) -> list:
+        """_frames_in's frames as Frame.as_dict makes them, without the Frames (a report of
+        10,000 stacks made 52,000 of each: 0.1 s)."""
+        vaddr = address - module["bias"]
+        where = syms.locate(vaddr - 1) if syms else []
+        outer = syms.function(vaddr - 1) if syms else None
+        at, path = f"0x{address:x}", module["path"]
+        if not where:
+            return [{"address": at, "module": path, "offset": vaddr, "function": outer,
+                     "file": None, "line": None}]
+        out = [{"address": at, "module": path, "offset": vaddr, "function": name, "file": f,
+                "line": ln, "inlined": True} for name, f, ln in where[:-1]]
+        name, f, ln = where[-1]
+        out.append({"address": at, "module": path, "offset": vaddr, "function": outer or name,
+                    "file": f, "line": ln})
         return out
 
     def frame_dicts(self, address: int) -> list:

@@ -64,7 +64,8 @@ def load(module: dict, lookup) -> Entry | None:
                     signature(p) != sig for p, sig in meta["considered"]):
                 return None
             names = z["names"].tobytes().decode().split("\0") if len(z["starts"]) else []
-            located = {int(a): [tuple(f) for f in frames] for a, frames in meta["located"]}
+            # (frames as JSON gave them, [function, file, line] lists: read only by unpacking)
+            located = {int(a): frames for a, frames in meta["located"]}
             return Entry(z["starts"].astype(np.uint64), z["ends"].astype(np.uint64), names,
                          [tuple(s) for s in meta["signal_spans"]], meta["dwarf_path"], located,
                          meta["considered"])

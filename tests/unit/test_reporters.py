@@ -203,3 +203,47 @@ def test_every_format_is_registered():
     assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp"}
     with pytest.raises(KeyError):
         reporters.render("yaml", None, {}, None)
+
+
+def _without_ids(svg: bytes) -> str:
+    """A figure with matplotlib's per-drawing clip ids and date taken out."""
+    s = svg.decode()
+    s = re.sub(r"<dc:date>[^<]*</dc:date>", "", s)
+    return re.sub(r'(?:id|clip-path|xlink:href)="[^"]*"|url\(#[^)]*\)', "", s)
+
+
+def test_plots_drawn_beside_the_model(cap, rep):
+    """The HTML report's figures, drawn in a child process while the model is built, are the
+    figures drawn in this process; a child killed, or no child at all, still gives them."""
+    import os
+    from memhook.reporters import plots
+    from memhook.reporters.plots_beside import Beside
+    symbolizer = Symbolizer(cap.modules)
+    here = {k: _without_ids(v) for k, v in plots.render(cap, rep, symbolizer, "svg").items()}
+    beside = Beside(cap, symbolizer, "svg")
+    child = beside.pid
+    assert child and child != os.getpid()
+    got = beside.result(rep)
+    assert {k: _without_ids(v) for k, v in got.items()} == here
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child, os.WNOHANG)  # reaped: no zombie left
+    killed = Beside(cap, symbolizer, "svg")
+    os.kill(killed.pid, 9)
+    assert {k: _without_ids(v) for k, v in killed.result(rep).items()} == here
+
+
+def test_an_html_report_imports_no_matplotlib_itself(cap, program, tmp_path):
+    """`memhook report --format html`: matplotlib is imported by the child alone."""
+    import sys
+    path = tmp_path / "c.mh"
+    from memhook import capture
+    capture.write(str(path), cap)
+    code = ("import sys, runpy; sys.argv = ['memhook', 'report', sys.argv[1], '--format', "
+            "'html', '-o', sys.argv[2]]\n"
+            "try:\n    runpy.run_module('memhook', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "c.html")],
+                         capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+    assert "<svg" in (tmp_path / "c.html").read_text()

@@ -101,7 +101,8 @@ static void event_times() {
   rc.anchor_t = 900;
   rc.anchored = true;
   EventTimes et;
-  et.begin(rc, (const uint8_t*)ring.data(), cap, 0, 2048, 3000);
+  EventTimes::Found found;
+  et.begin(rc, found, (const uint8_t*)ring.data(), cap, 0, 2048, 3000);
   uint64_t ts, unc;
   et.time_of(rc, 512, &ts, &unc);  // halfway between the records at 0 and 1024
   CHECK(ts == 1500);
@@ -109,6 +110,31 @@ static void event_times() {
   CHECK(ts == 2500);
   // No pace known yet (fewer than kMinPaces windows): the whole window is uncertain.
   CHECK(unc == 1000);
+  // The next look at the ring (the drain went round again: the first 1040 bytes applied, the
+  // writer at 3072 with a clock record at 2048) reads only the new headers, and times as a
+  // first look from 1040 would.
+  for (uint64_t at = 2048; at < 3072; at += 16) {
+    ring[at / 8] = header(kFree, 1, 0, 0);
+    ring[at / 8 + 1] = 0x1000 + at;
+  }
+  put_time(2048, 3500);
+  CHECK(found.valid && found.to == 2048 && found.anchors.size() == 2);
+  RingClock again = rc, fresh = rc;
+  EventTimes::Found none;
+  EventTimes et2, et3;
+  et2.begin(again, found, (const uint8_t*)ring.data(), cap, 1040, 3072, 4000);
+  et3.begin(fresh, none, (const uint8_t*)ring.data(), cap, 1040, 3072, 4000);
+  CHECK(found.to == 3072 && found.from == 1040 && found.anchors.size() == 1);  // 1024's dropped
+  CHECK(found.anchors[0].w == 2048 && none.anchors.size() == 1);
+  for (uint64_t c = 1040; c < 3072; c += 16) {
+    uint64_t t2, u2, t3, u3;
+    et2.time_of(again, c, &t2, &u2);
+    et3.time_of(fresh, c, &t3, &u3);
+    CHECK(t2 == t3 && u2 == u3);
+  }
+  // A cursor that jumped back (forged): read afresh.
+  et2.begin(again, found, (const uint8_t*)ring.data(), cap, 0, 1024, 5000);
+  CHECK(found.from == 0 && found.to == 1024 && found.anchors.size() == 1);
   // A writer seen busy for many windows: a window written at that pace has no idle time.
   RingClock busy;
   busy.anchored = true;
@@ -125,10 +151,11 @@ static void event_times() {
   RingClock fast = busy, slow = busy;
   fast.anchor_w = slow.anchor_w = w0 % cap == 0 ? 0 : w0;
   EventTimes ft, st;
-  ft.begin(fast, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 2000);
+  EventTimes::Found ff, sf;
+  ft.begin(fast, ff, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 2000);
   ft.time_of(fast, 1024, &ts, &unc);
   CHECK(ts == t0 + 1000 && unc == 0);
-  st.begin(slow, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 10000);
+  st.begin(slow, sf, (const uint8_t*)ring.data(), cap, 0, 2048, t0 + 10000);
   st.time_of(slow, 1024, &ts, &unc);
   CHECK(ts == t0 + 5000 && unc == 8000);
   busy.new_writer();
