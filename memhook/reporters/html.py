@@ -11,8 +11,8 @@ from ..capture import Capture
 from ..format import duration_text, frame_name, frame_text, human_bytes, leak_site
 from ..short_names import short
 from .plot_style import KIND_COLOURS as RESIDENT_COLOURS
-from .text import (census_lines, census_ok, dropped_frees_lines, mapping_lines,
-                   process_memory_text)
+from .text import (abandoned_lines, census_lines, census_ok, dropped_frees_lines,
+                   mapping_lines, process_memory_text)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -318,7 +318,7 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                          ("dropped events", f"{t['dropped_events']} (frees among them: "
                                             f"{t['dropped_frees']})")):
         parts.append(f"<tr><th>{label}</th><td>{value}</td></tr>")
-    for line in dropped_frees_lines(t):
+    for line in abandoned_lines(report) + dropped_frees_lines(t):
         parts.append(f"<tr><th></th><td>{html.escape(line.strip())}</td></tr>")
     pm = report.get("process_memory")
     if pm:

@@ -204,6 +204,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         "duration_s": meta.get("duration_s"),
         # why tracing ended: Ctrl-C, --duration, "program exited with code 3" (memhook run)...
         "end_reason": meta.get("end_reason") or "",
+        # the target unhooked itself before the end (memhook's heartbeat looked stale to it):
+        # what it did after that was not traced
+        "abandoned": bool(meta.get("abandoned")),
         "totals": {k: int(totals.get(k, 0)) for k in TOTAL_KEYS},
         "sites": sites,
         # allocation functions beside libc's, and whether their calls were traced (allocators.py)

@@ -20,6 +20,16 @@ def process_memory_text(pm: dict, explained: bool = False) -> str:
             + rest + (f" — {pm['note']}" if pm.get("note") else ""))
 
 
+def abandoned_lines(report: dict) -> list[str]:
+    """A session the target ended by itself: from then on nothing was traced, and saying
+    nothing would pass its later allocations off as none."""
+    if not report.get("abandoned"):
+        return []
+    return ["  tracing stopped before the end: the target unhooked itself when memhook's "
+            "heartbeat looked older than --unhook-after to it (memhook starved of CPU, or "
+            "stopped); what it did after that was not traced"]
+
+
 def dropped_frees_lines(t: dict) -> list[str]:
     """What became of the frees the hooks dropped (ring full): none is a leak unsaid; and under
     --lossless, how long threads waited for room instead."""
@@ -260,7 +270,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         + census_frees_text(report) + "; "
         f"dropped events: {t['dropped_events']}",
     ]
-    lines += dropped_frees_lines(t)
+    lines += abandoned_lines(report) + dropped_frees_lines(t)
     if t.get("sample_rate"):
         lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")

@@ -415,3 +415,27 @@ def test_gdb_without_extended_state(tmp_path, targets, monkeypatch):
     target = targets(exe, "/nonexistent.so")
     _, before = slot_values(target.pid, exe)
     late_leak_exact_and_restored(tmp_path, target, exe, before)
+
+
+def test_a_report_says_the_target_stopped_tracing_by_itself(tmp_path, targets):
+    """memhook stopped longer than --unhook-after: the target unhooks itself (its allocations
+    look at the heartbeat every so many ring bytes, and while they wait on a full ring), and
+    what it allocates after that is not traced. The report says so (JSON, text), rather than
+    pass those allocations off as none."""
+    target = targets(build(tmp_path, "burst.c", base_flags=["-O2", "-g"]))
+    mh = Memhook(target.pid, tmp_path, "--unhook-after", "1")
+    mh.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_stopped(mh.proc.pid)
+        time.sleep(1.5)  # memhook's heartbeat, stopped, is now older than --unhook-after
+        target.command("burst 1 1000000")
+    finally:
+        mh.proc.send_signal(signal.SIGCONT)
+    report = mh.stop()
+    assert report["abandoned"] is True, mh.stderr
+    burst = [s for s in report["sites"] if any(f["function"] == "burst_alloc"
+                                                for f in s["frames"])]
+    assert sum(s["alloc_count"] for s in burst) < 1000000  # the rest went untraced
+    text = run_memhook("report", mh.capture).stdout
+    assert "tracing stopped before the end: the target unhooked itself" in text, text
+    assert target.finish() == 0
