@@ -742,18 +742,8 @@ class Symbolizer:
                 if where is None:
                     dicts[a] = self._dicts_in(a, m, syms)
                     continue
-                outer = SIGNAL_FRAME if signal_frame else named.get(vaddr)
-                at = f"0x{a:x}"
-                if not where:
-                    dicts[a] = [{"address": at, "module": path, "offset": vaddr + 1,
-                                 "function": outer, "file": None, "line": None}]
-                    continue
-                out = [{"address": at, "module": path, "offset": vaddr + 1, "function": name,
-                        "file": f, "line": ln, "inlined": True} for name, f, ln in where[:-1]]
-                name, f, ln = where[-1]
-                out.append({"address": at, "module": path, "offset": vaddr + 1,
-                            "function": outer or name, "file": f, "line": ln})
-                dicts[a] = out
+                dicts[a] = frame_dicts_of(a, path, vaddr + 1, where,
+                                          SIGNAL_FRAME if signal_frame else named.get(vaddr))
         if loud:
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
 
@@ -790,18 +780,9 @@ class Symbolizer:
         """_frames_in's frames as Frame.as_dict makes them, without the Frames (a report of
         10,000 stacks made 52,000 of each: 0.1 s)."""
         vaddr = address - module["bias"]
-        where = syms.locate(vaddr - 1) if syms else []
-        outer = syms.function(vaddr - 1) if syms else None
-        at, path = f"0x{address:x}", module["path"]
-        if not where:
-            return [{"address": at, "module": path, "offset": vaddr, "function": outer,
-                     "file": None, "line": None}]
-        out = [{"address": at, "module": path, "offset": vaddr, "function": name, "file": f,
-                "line": ln, "inlined": True} for name, f, ln in where[:-1]]
-        name, f, ln = where[-1]
-        out.append({"address": at, "module": path, "offset": vaddr, "function": outer or name,
-                    "file": f, "line": ln})
-        return out
+        return frame_dicts_of(address, module["path"], vaddr,
+                              syms.locate(vaddr - 1) if syms else [],
+                              syms.function(vaddr - 1) if syms else None)
 
     def frame_dicts(self, address: int) -> list:
         """frames(address) as dicts, made once (callers copy them)."""
@@ -813,6 +794,22 @@ class Symbolizer:
     def frame(self, address: int) -> Frame:
         """The outermost frame at an address (the function the return address is in)."""
         return self.frames(address)[-1]
+
+
+def frame_dicts_of(address: int, path: str, offset: int, where: list, outer) -> list:
+    """The frames at a return address as reports hold them (Frame.as_dict's keys, in its
+    order): `where`, the (function, file, line) rows innermost first; `outer`, the symbol table's
+    name of the function the address is in."""
+    at = f"0x{address:x}"
+    if not where:
+        return [{"address": at, "module": path, "offset": offset, "function": outer,
+                 "file": None, "line": None}]
+    out = [{"address": at, "module": path, "offset": offset, "function": name, "file": f,
+            "line": ln, "inlined": True} for name, f, ln in where[:-1]]
+    name, f, ln = where[-1]
+    out.append({"address": at, "module": path, "offset": offset, "function": outer or name,
+                "file": f, "line": ln})
+    return out
 
 
 def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
