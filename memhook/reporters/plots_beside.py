@@ -6,6 +6,7 @@ capture and its symbols are read; result(report) hands the child that little and
 drawn in this process instead: the same figures, later. Nothing here imports matplotlib."""
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -21,11 +22,15 @@ class Beside:
     def __init__(self, cap, symbolizer, fmt: str = "svg"):
         self.cap, self.symbolizer, self.fmt = cap, symbolizer, fmt
         self.pid = 0
+        # The child's collections leave alone what exists now: walking it would write to (and
+        # so copy) every page of the capture's and the symbols' objects.
+        gc.freeze()
         try:
             request_r, self.request = os.pipe()
             self.answer, answer_w = os.pipe()
             pid = os.fork()
         except OSError:
+            gc.unfreeze()
             return
         if pid == 0:  # the child: it never returns into the caller's code
             code = 1
@@ -41,6 +46,7 @@ class Beside:
                 code = 0
             finally:
                 os._exit(code)
+        gc.unfreeze()
         os.close(request_r)
         os.close(answer_w)
         self.pid = pid
