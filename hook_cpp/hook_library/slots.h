@@ -78,7 +78,7 @@ uint32_t restore_slots(PatchedSlot* slots, uint32_t n, const uint64_t* real) {
     if (cur == s.hook && write_slot(slot, s.original, s.readonly)) {
       __atomic_store_n(&s.state, (uint16_t)kSlotRestored, __ATOMIC_RELEASE);
       restored++;
-    } else if (cur != s.hook && s.hook_id < (uint32_t)kMaxHooks && real[s.hook_id] &&
+    } else if (s.hook_id < (uint32_t)kMaxHooks && real[s.hook_id] &&
                cur == real[s.hook_id]) {
       __atomic_store_n(&s.state, (uint16_t)kSlotRebound, __ATOMIC_RELEASE);
       restored++;
