@@ -132,6 +132,14 @@ static void event_times() {
     et3.time_of(fresh, c, &t3, &u3);
     CHECK(t2 == t3 && u2 == u3);
   }
+  // Each header is read once: a clock record written (forged) since into bytes already read
+  // is not seen by the next look, where reading from the cursor again (what made the final
+  // drain take its 2 s bound) would find it.
+  put_time(1536, 9999);
+  EventTimes et4;
+  RingClock later = rc;
+  et4.begin(later, found, (const uint8_t*)ring.data(), cap, 1040, 3072, 4000);
+  CHECK(found.anchors.size() == 1 && found.anchors[0].w == 2048);
   // A cursor that jumped back (forged): read afresh.
   et2.begin(again, found, (const uint8_t*)ring.data(), cap, 0, 1024, 5000);
   CHECK(found.from == 0 && found.to == 1024 && found.anchors.size() == 1);
