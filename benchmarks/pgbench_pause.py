@@ -5,9 +5,15 @@ whole cycle; after a baseline, `memhook --pid-of postgres` attaches to every pos
 (postmaster, background workers, the 8 backends), one after another, traces once all are
 attached, and detaches with SIGINT.
 
-Two figures per process and phase:
+Three figures per process and phase:
+- the target's own, from the kernel's scheduler (`perf record -e sched:sched_switch`, when perf
+  is installed): from the moment the process stopped for ptrace to the moment it ran its own code
+  again, its runs of memhook's calls (dlopen, start, restore) and its wait for a CPU afterwards
+  included; the run between GDB's first stop and the stop at malloc's entry (the process doing
+  its own work) left out;
 - memhook's own: from GDB's ptrace attach to its detach, less the time the target ran while GDB
-  waited (the "target paused X ms" of each attached/detached line);
+  waited (the "target paused X ms" of each attached/detached line): an upper bound, since it
+  also counts the time from the attach request to the moment the process stopped;
 - the clients': pgbench's per-transaction log (`-l`). A transaction that was in flight while its
   backend was stopped took at least that long, so the longest transaction that ended within a
   phase, less the longest in the baseline, bounds from above what the pause added (it includes
@@ -89,6 +95,46 @@ def longest(tx, t0, t1) -> float:
     return max((lat for end, lat in tx if t0 <= end < t1), default=float("nan"))
 
 
+class SchedTrace:
+    """Every context switch of the machine, timed by CLOCK_MONOTONIC (time.monotonic())."""
+
+    def __init__(self, tmp: Path):
+        self.data = tmp / "sched.data"
+        self.proc = subprocess.Popen(
+            ["perf", "record", "-q", "-e", "sched:sched_switch", "--filter",
+             'prev_comm == "postgres" || next_comm == "postgres"', "-a", "-k", "mono", "-m",
+             "16M", "-o", str(self.data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # (recording)
+
+    def stop(self) -> list:
+        """(time, pid that left the CPU, its state, pid that took it) of every switch."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        out = subprocess.run(["perf", "script", "-i", str(self.data), "-F", "time,trace"],
+                             capture_output=True, text=True).stdout
+        switches = []
+        for m in re.finditer(r"([\d.]+): prev_comm=.*? prev_pid=(\d+) .*?prev_state=(\S+) ==> "
+                             r"next_comm=.*? next_pid=(\d+)", out):
+            switches.append((float(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4))))
+        return switches
+
+
+def stopped_ms(switches: list, pid: int, t0: float, t1: float, first_run_own: bool):
+    """How long `pid` did not run its own code because of ptrace between t0 and t1: from its
+    first switch out in a traced stop (state t) to the first sign after its last one that it ran
+    (a switch in, or out: under load perf loses a few events). With `first_run_own`, its run from
+    the first stop's end to the next traced stop (the agent letting it go until malloc's entry)
+    is its own work, left out. None if it never stopped."""
+    events = [(t, p == pid, st) for t, p, st, n in switches if t0 <= t < t1 and pid in (p, n)]
+    stops = [i for i, (_, out, st) in enumerate(events) if out and "t" in st]
+    if not stops or stops[-1] + 1 == len(events):
+        return None
+    total = events[stops[-1] + 1][0] - events[stops[0]][0]
+    if first_run_own and len(stops) > 1:
+        total -= events[stops[1]][0] - events[stops[0] + 1][0]
+    return total * 1000.0
+
+
 def cycle(a, tmp: Path) -> dict:
     cluster = Cluster(tmp, a.port)
     logs = tmp / "logs"
@@ -98,6 +144,8 @@ def cycle(a, tmp: Path) -> dict:
         time.sleep(1.0)  # connections made, the backends forked
         b0 = time.time()
         time.sleep(a.baseline)
+        sched = SchedTrace(tmp) if shutil.which("perf") else None
+        m_attach = time.monotonic()
         t_attach = time.time()
         expected = len(subprocess.run(["pgrep", "-x", "postgres"], capture_output=True,
                                       text=True).stdout.split())
@@ -114,14 +162,21 @@ def cycle(a, tmp: Path) -> dict:
                     attached.set()
         reader = threading.Thread(target=read)
         reader.start()
-        attached.wait(120)  # (one after another: about a second each)
+        # One after another, about a second each; a process that was counted and exited before
+        # its turn (an autovacuum worker) is never attached: 5 s without one ends the wait.
+        count, since = 0, time.monotonic()
+        while not attached.wait(0.5) and time.monotonic() - since < 5:
+            now = sum("attached to PID" in x for x in lines)
+            if now != count:
+                count, since = now, time.monotonic()
         time.sleep(a.trace)
-        t_detach = time.time()
+        t_detach, m_detach = time.time(), time.monotonic()
         mh.send_signal(signal.SIGINT)
         mh.wait(120)
         reader.join()
         out, err = "".join(lines), ""
-        t_end = time.time()
+        t_end, m_end = time.time(), time.monotonic()
+        switches = sched.stop() if sched else []
     finally:
         cluster.close()
         load.wait(60)
@@ -133,7 +188,14 @@ def cycle(a, tmp: Path) -> dict:
     base = longest(tx, b0, t_attach)
     if os.environ.get("PGBENCH_PAUSE_LOG"):
         Path(os.environ["PGBENCH_PAUSE_LOG"]).write_text(out + err)
+    # The scheduler's view, per attached process (each a first attach: dlopen after a wait for
+    # malloc's entry).
+    pids = [int(x) for x in re.findall(r"attached to PID (\d+)", out)]
+    seen = [(stopped_ms(switches, p, m_attach, m_detach, True),
+             stopped_ms(switches, p, m_detach, m_end, False)) for p in pids] if switches else []
     return {"processes": len(attach), "attach": attach, "detach": detach,
+            "seen_attach": [x for x, _ in seen if x is not None],
+            "seen_detach": [y for _, y in seen if y is not None],
             "tx_base": base, "tx_attach": longest(tx, t_attach, t_detach),
             "tx_detach": longest(tx, t_detach, t_end),
             "tps_base": sum(1 for e, _ in tx if b0 <= e < t_attach) / (t_attach - b0)}
@@ -158,15 +220,22 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
         rows.append(r)
         print(f"cycle {i + 1}: {r['processes']} processes, {r['tps_base']:.0f} tps alone; "
-              f"pause attach max {max(r['attach']):.1f} ms, detach max "
-              f"{max(r['detach'] or [float('nan')]):.1f} ms; longest transaction "
+              f"pause attach max {max(r['seen_attach'] or r['attach']):.1f} ms, detach max "
+              f"{max(r['seen_detach'] or r['detach'] or [float('nan')]):.1f} ms; longest transaction "
               f"{r['tx_base']:.1f} ms alone, {r['tx_attach']:.1f} attaching/tracing, "
               f"{r['tx_detach']:.1f} detaching", flush=True)
     att = [x for r in rows for x in r["attach"]]
     det = [x for r in rows for x in r["detach"]]
     print(f"\nevery process, every cycle ({len(att)} attaches, {len(det)} detaches):")
-    print(f"  attach pause: {spread(att, ' ms', 1)}; over 20 ms: {sum(x > 20 for x in att)}")
-    print(f"  detach pause: {spread(det, ' ms', 1)}; over 20 ms: {sum(x > 20 for x in det)}")
+    for name, key in (("attach", "seen_attach"), ("detach", "seen_detach")):
+        seen = [x for r in rows for x in r[key]]
+        if seen:
+            print(f"  {name} pause as the scheduler saw it: {spread(seen, ' ms', 1)}; over 20 ms: "
+                  f"{sum(x > 20 for x in seen)} of {len(seen)}")
+    print(f"  attach pause as memhook told it: {spread(att, ' ms', 1)}; over 20 ms: "
+          f"{sum(x > 20 for x in att)}")
+    print(f"  detach pause as memhook told it: {spread(det, ' ms', 1)}; over 20 ms: "
+          f"{sum(x > 20 for x in det)}")
     print("  longest pgbench transaction, alone / attach+trace / detach: "
           f"{spread([r['tx_base'] for r in rows], ' ms', 1)} / "
           f"{spread([r['tx_attach'] for r in rows], ' ms', 1)} / "

@@ -30,7 +30,13 @@ def call(signature, fn, *args):
 
 class Scratch:
     """Strings for the target, written below the selected thread's stack pointer (past the red
-    zone); the stack pointer is lowered over them for the calls and put back afterwards."""
+    zone); the stack pointer is lowered over them for the calls and put back afterwards.
+
+    Setting the stack pointer makes GDB find the new innermost frame's caller, and without
+    symbols it takes each word from the stack pointer up as a return address to analyse: over a
+    stack of text (a PostgreSQL backend's) that was 400-2,200 reads of the target's memory, 1-12
+    ms of the pause under load. The 64 bytes at the new stack pointer are zeroed first: a null
+    return address ends that search at once."""
 
     def __init__(self, arch, *strings):
         self.sp_reg, align = arch["gdb_sp"], arch["stack_align"] - 1
@@ -42,7 +48,9 @@ class Scratch:
             INF.write_memory(at, data)
             self.addrs.append(at)
             at += (len(data) + align) & ~align
-        gdb.execute("set %s = %d" % (self.sp_reg, (self.addrs[0] - 64) & ~align))
+        low = (self.addrs[0] - 64) & ~align
+        INF.write_memory(low, bytes(self.addrs[0] - low))
+        gdb.execute("set %s = %d" % (self.sp_reg, low))
 
     def close(self):
         gdb.execute("set %s = %d" % (self.sp_reg, self.sp))
