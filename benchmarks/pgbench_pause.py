@@ -9,8 +9,8 @@ Three figures per process and phase:
 - the target's own, from the kernel's scheduler (`perf record -e sched:sched_switch`, when perf
   is installed): from the moment the process stopped for ptrace to the moment it ran its own code
   again, its runs of memhook's calls (dlopen, start, restore) and its wait for a CPU afterwards
-  included; the run between GDB's first stop and the stop at malloc's entry (the process doing
-  its own work) left out;
+  included; its runs while the agent waited for a thread to enter malloc (its own work) left
+  out;
 - memhook's own: from GDB's ptrace attach to its detach, less the time the target ran while GDB
   waited (the "target paused X ms" of each attached/detached line): an upper bound, since it
   also counts the time from the attach request to the moment the process stopped;
@@ -122,16 +122,19 @@ class SchedTrace:
 def stopped_ms(switches: list, pid: int, t0: float, t1: float, first_run_own: bool):
     """How long `pid` did not run its own code because of ptrace between t0 and t1: from its
     first switch out in a traced stop (state t) to the first sign after its last one that it ran
-    (a switch in, or out: under load perf loses a few events). With `first_run_own`, its run from
-    the first stop's end to the next traced stop (the agent letting it go until malloc's entry)
-    is its own work, left out. None if it never stopped."""
+    (a switch in, or out: under load perf loses a few events), less its runs between two stops
+    that were its own work: the agent letting it go until a thread enters malloc (at attach
+    always the first run, with `first_run_own`; at detach when no thread was blocked in the
+    kernel), told apart from memhook's calls by a sleep (S), which those never make. None if it
+    never stopped."""
     events = [(t, p == pid, st) for t, p, st, n in switches if t0 <= t < t1 and pid in (p, n)]
     stops = [i for i, (_, out, st) in enumerate(events) if out and "t" in st]
     if not stops or stops[-1] + 1 == len(events):
         return None
     total = events[stops[-1] + 1][0] - events[stops[0]][0]
-    if first_run_own and len(stops) > 1:
-        total -= events[stops[1]][0] - events[stops[0] + 1][0]
+    for k, (a, b) in enumerate(zip(stops, stops[1:])):
+        if (first_run_own and k == 0) or any(out and st == "S" for _, out, st in events[a + 1:b]):
+            total -= events[b][0] - events[a + 1][0]
     return total * 1000.0
 
 
