@@ -63,6 +63,49 @@ def raise_priority(pid: int) -> None:
         pass
 
 
+SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)  # in /proc/PID/task/TID/status's SigPnd and ShdPnd
+
+
+def stop_pending(pid: int) -> bool:
+    """Whether a SIGSTOP waits to be taken by any thread of `pid`, or has stopped it already."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("State", "").startswith("T") or any(
+                int(fields.get(k, "0"), 16) & SIGSTOP_BIT for k in ("SigPnd", "ShdPnd")):
+            return True
+    return False
+
+
+def group_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+def release_stop(pid: int, stopped_before: bool) -> None:
+    """GDB's attach sends each thread a SIGSTOP, which GDB takes as the thread stops. A GDB that
+    ends without finishing (killed at its timeout, or dead) may leave it pending in a thread
+    that had not taken signals yet (a vfork parent, a wait in the kernel that takes none): the
+    target then stops for good the moment it takes it. SIGCONT discards every pending stop
+    signal (signal(7)) and resumes a process one has stopped already; never sent to a target
+    that was stopped before memhook came."""
+    if not stopped_before and stop_pending(pid):
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
 def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
     """Run the agent on `request`; return what it reported. Raises TargetError on failure.
     Where this processor needs it, GDB sees the x87/SSE state alone (gdb_xstate.py)."""
@@ -83,6 +126,7 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
         # GDB may be inside a call in the target: neither a terminal's Ctrl-C (own session) nor
         # one aimed at memhook (signals held until GDB is done) may cut it short.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        stopped_before, out = group_stopped(request.pid), ""
         try:
             with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -92,10 +136,17 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
                 try:
                     out, err = proc.communicate(timeout=GDB_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    # GDB's session: GDB and any child of its own (gdb_agent.py's
+                    # prime_ptrace), which would hold its output pipes open.
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except OSError:
+                        proc.kill()
                     proc.communicate()
                     raise TargetError(f"gdb did not finish within {GDB_TIMEOUT_S} s") from None
         finally:
+            if MARKER not in out:  # GDB did not finish: its SIGSTOP may still be pending
+                release_stop(request.pid, stopped_before)
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
     for line in reversed(out.splitlines()):
         if line.startswith(MARKER):

@@ -4,6 +4,7 @@ import shutil
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -438,4 +439,36 @@ def test_a_report_says_the_target_stopped_tracing_by_itself(tmp_path, targets):
     assert sum(s["alloc_count"] for s in burst) < 1000000  # the rest went untraced
     text = run_memhook("report", mh.capture).stdout
     assert "tracing stopped before the end: the target unhooked itself" in text, text
+    assert target.finish() == 0
+
+
+def test_a_gdb_killed_at_its_timeout_leaves_the_target_running(tmp_path, targets):
+    """GDB's attach sends the target a SIGSTOP that GDB takes as it stops. A target that takes
+    no signal for a while (a vfork parent) keeps GDB's attach waiting until memhook's timeout
+    kills GDB, with that SIGSTOP still pending: without memhook discarding it, the target
+    stopped for good the moment its child exited."""
+    exe = build(tmp_path, "vfork_hold.c")
+    target = targets(exe, "6")
+    target.proc.stdin.write("go\n")
+    target.proc.stdin.flush()
+    for _ in range(100):  # the parent waiting in vfork
+        with open(f"/proc/{target.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "D":
+                break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the target never waited in vfork")
+    # The real CLI and the real GDB, with GDB's timeout (120 s) made 2 s.
+    code = ("import sys, memhook.inject.gdb as g; g.GDB_TIMEOUT_S = 2; "
+            "from memhook.cli import main; sys.exit(main(sys.argv[1:]))")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, "trim", "-p", str(target.pid)],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    one_line_error(proc, 1, "gdb did not finish within 2 s")
+    assert time.monotonic() - t0 < 20
+    target.expect("resumed", timeout=30)
+    target.expect("done", timeout=30)
+    with open(f"/proc/{target.pid}/status") as f:
+        status = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+    assert status["TracerPid"].strip() == "0" and not status["State"].startswith("T")
     assert target.finish() == 0
