@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import struct
 from dataclasses import dataclass
 
@@ -55,6 +56,27 @@ def state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
     return stat[stat.rindex(")") + 2]
+
+
+SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)  # in a thread's SigPnd and ShdPnd
+
+
+def stop_pending(pid: int) -> bool:
+    """Whether a SIGSTOP waits to be taken by any thread of `pid`, or has stopped it already."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("State", "").startswith("T") or any(
+                int(fields.get(k, "0"), 16) & SIGSTOP_BIT for k in ("SigPnd", "ShdPnd")):
+            return True
+    return False
 
 
 def tgid(tid: int) -> int:

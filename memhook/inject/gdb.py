@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict
 from importlib import resources
 
+from .. import procfs
 from ..procfs import TargetError, ptrace_refused
 from . import gdb_xstate
 from .requests import AttachRequest, DetachRequest, TrimRequest
@@ -63,32 +64,10 @@ def raise_priority(pid: int) -> None:
         pass
 
 
-SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)  # in /proc/PID/task/TID/status's SigPnd and ShdPnd
-
-
-def stop_pending(pid: int) -> bool:
-    """Whether a SIGSTOP waits to be taken by any thread of `pid`, or has stopped it already."""
+def stopped(pid: int) -> bool:
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
-        except OSError:
-            continue
-        if fields.get("State", "").startswith("T") or any(
-                int(fields.get(k, "0"), 16) & SIGSTOP_BIT for k in ("SigPnd", "ShdPnd")):
-            return True
-    return False
-
-
-def group_stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
+        return procfs.state(pid) == "T"
+    except (OSError, ValueError):
         return False
 
 
@@ -99,7 +78,7 @@ def release_stop(pid: int, stopped_before: bool) -> None:
     target then stops for good the moment it takes it. SIGCONT discards every pending stop
     signal (signal(7)) and resumes a process one has stopped already; never sent to a target
     that was stopped before memhook came."""
-    if not stopped_before and stop_pending(pid):
+    if not stopped_before and procfs.stop_pending(pid):
         try:
             os.kill(pid, signal.SIGCONT)
         except OSError:
@@ -126,7 +105,7 @@ def run_agent(request: AttachRequest | DetachRequest | TrimRequest) -> dict:
         # GDB may be inside a call in the target: neither a terminal's Ctrl-C (own session) nor
         # one aimed at memhook (signals held until GDB is done) may cut it short.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        stopped_before, out = group_stopped(request.pid), ""
+        stopped_before, out = stopped(request.pid), ""
         try:
             with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
