@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from . import (_native, allocator_stats, allocators, elf, entry_patch, heap_census, hooks,
-               module_files, procfs, resident)
+               module_files, procfs, reachability, resident)
 from .inject import AttachRequest, DetachRequest, WayIn
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
@@ -37,6 +37,8 @@ class Options:
     follow_forks: bool = False  # --follow-fork: forked children and execs wait for memhook
     max_wait_s: float = 0.010  # a full ring waits this long for room, then drops (0: at once)
     lossless: bool = False  # every event may wait so (else one wait per half ring emptied)
+    reachability: bool = True  # the leak check at detach (reachability/check.py)
+    max_pause_ms: float = 200.0  # the longest it may stop the target
 
     @property
     def size_filter(self) -> bool:
@@ -165,6 +167,7 @@ class Session:
     allocators: list = field(default_factory=list)  # allocators.Found: beside libc's
     resident: dict = field(default_factory=dict)  # "attach"/"detach": resident.table()
     census: dict = field(default_factory=dict)  # "attach"/"detach": heap_census.take()
+    leaks: dict = field(default_factory=dict)  # the leak check at detach (reachability/check.py)
     mappings: dict = field(default_factory=dict)  # the program's anonymous mappings (mmap hooks)
     vm_hwm: int = 0  # the process's peak RSS (VmHWM) at detach
     clock_at_attach: int = 0  # the consumer's raw clock when tracing began
@@ -472,6 +475,8 @@ class Session:
         # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
         self.abandoned = self.consumer.abandoned
         if self.target_alive() and self._library_still_mapped():
+            if self.options.reachability:  # (tracing still on: the blocks live are exact)
+                self.leaks = reachability.check(self, self.options.max_pause_ms)
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
@@ -541,6 +546,7 @@ class Session:
             "abandoned": self.abandoned,
             "resident": self.resident,
             "heap_census": self.census,
+            "leak_check": self.leaks,
             "mappings": self.mappings,
             "allocator_stats": self.allocator_stats,
             "vm_hwm_bytes": self.vm_hwm or procfs.peak_rss(self.pid),

@@ -53,6 +53,13 @@ class CensusBlocks {
     std::vector<Class> out(classes_.begin() + 1, classes_.end());
     return out;
   }
+  // Every census block still held (not freed in the session): fn(p, usable).
+  template <class Fn>
+  void for_each_held(Fn fn) const {
+    for (const Range& r : heaps_)
+      for (size_t i = 0; i < r.offs.size(); i++)
+        if (r.cls[i]) fn(r.base + uint64_t(r.offs[i]) * 16, classes_[r.cls[i]].usable);
+  }
   size_t memory_bytes() const {
     size_t n = classes_.size() * sizeof(Class);
     for (auto& r : heaps_) n += r.offs.capacity() * 4 + r.cls.capacity() * 2;

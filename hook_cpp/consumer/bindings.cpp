@@ -6,6 +6,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -17,6 +19,7 @@
 #include "cfi_rows.h"
 #include "consumer.h"
 #include "heap_census.h"
+#include "leak_check.h"
 #include "module_symbols.h"
 #include "operations.h"
 #include "routing.h"
@@ -121,6 +124,64 @@ py::dict sites(const Consumer& c) {
   for (size_t i = 0; i < a.sites().size(); i++)
     v(i) = uint64_t(std::max(0.0, std::round(a.peak_of(a.sites()[i]))));
   d["peak_bytes"] = peak;  // outstanding at the session's peak (Aggregates::peak_of)
+  return d;
+}
+
+// The leak check (reachability/leak_check.h): every thread stopped, the consumer drained, the
+// blocks live then (the session's and the census's still held) marked from the roots. Per
+// stack: bytes and blocks definitely, indirectly, possibly lost and still reachable (stack
+// BEFORE_ATTACH: the census's blocks, whose stacks nobody saw).
+py::dict check_leaks(Consumer& c, int pid, const std::vector<std::pair<uint64_t, uint64_t>>& own,
+                     bool heaps_known, double max_pause_ms) {
+  std::vector<reachability::Range> exclude;
+  for (auto& [lo, hi] : own) exclude.push_back({lo, hi});
+  reachability::LeakCheck r;
+  {
+    py::gil_scoped_release release;
+    r = reachability::check_leaks(pid, exclude, heaps_known, uint64_t(max_pause_ms * 1e6), [&] {
+      c.drain(false);  // what the stopped threads published, then what that let through
+      c.drain(false);
+      std::vector<reachability::Block> blocks;
+      auto lock = c.lock();
+      for (const LiveMap::Block& b : c.aggregates().live().entries())
+        if (b.key) blocks.push_back({b.key, b.size, b.stack});
+      if (const census::CensusBlocks* cb = c.aggregates().census())
+        cb->for_each_held([&](uint64_t p, uint64_t usable) {
+          blocks.push_back({p, usable, reachability::kBeforeAttach});
+        });
+      return blocks;
+    });
+  }
+  py::dict d;
+  d["pause_ms"] = r.pause_ns / 1e6;
+  d["threads"] = r.threads;
+  d["bytes_read"] = r.bytes_read;
+  d["unreadable_bytes"] = r.unreadable_bytes;
+  d["root_bytes"] = py::dict(py::arg("stacks") = r.roots.stack_bytes,
+                             py::arg("data") = r.roots.data_bytes,
+                             py::arg("heap_gaps") = r.roots.heap_gap_bytes,
+                             py::arg("memhook") = r.roots.excluded_bytes);
+  if (!r.skipped.empty()) {
+    d["skipped"] = r.skipped;
+    return d;
+  }
+  // stack -> [bytes, count] per category, in the order of reachability::Category.
+  std::map<uint32_t, std::array<uint64_t, 8>> per;
+  for (const reachability::Block& b : r.blocks) {
+    auto& row = per[b.stack];
+    const int k = reachability::category(b.state);
+    row[2 * k] += b.size;
+    row[2 * k + 1] += 1;
+  }
+  py::list rows;
+  for (auto& [stack, row] : per) {
+    py::list one;
+    one.append(stack);
+    for (uint64_t v : row) one.append(v);
+    rows.append(one);
+  }
+  d["stacks"] = rows;
+  d["blocks"] = r.blocks.size();
   return d;
 }
 
@@ -588,6 +649,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("LOGGED_EVENT_BYTES") = sizeof(LoggedEvent);
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("MODE_OFF") = (int)kOff;
+  m.attr("BEFORE_ATTACH") = reachability::kBeforeAttach;
+  m.attr("LEAK_CATEGORIES") = py::make_tuple("definitely_lost", "indirectly_lost",
+                                             "possibly_lost", "reachable");
   m.attr("EXEC_FAILED") = (int)kExecFailed;
   m.attr("SPAWN_ANNOUNCED") = (int)kSpawnAnnounced;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
@@ -619,6 +683,8 @@ PYBIND11_MODULE(_native, m) {
              c.aggregates().record_events(on);
            })
       .def("live_blocks", &live_blocks)
+      .def("check_leaks", &check_leaks, py::arg("pid"), py::arg("own"), py::arg("heaps_known"),
+           py::arg("max_pause_ms"))
       .def("behaviour", &behaviour)
       .def("take_events", &take_events)
       .def("late_slots", &late_slots)

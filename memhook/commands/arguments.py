@@ -84,6 +84,14 @@ def add_otlp_arguments(p: argparse.ArgumentParser, when: str) -> None:
                    help="a resource attribute of the OTLP profile (service=NAME: service.name)")
 
 
+def pause_arg(text: str) -> float:
+    """Milliseconds: a bare number is milliseconds, or a duration (200ms, 0.2s)."""
+    try:
+        return float(text) if float(text) >= 0 else duration_arg(text) * 1e3
+    except ValueError:
+        return duration_arg(text) * 1e3
+
+
 def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
     """--suppressions FILE (repeatable) and --fail-on-leak[=BYTES] (suppressions.py)."""
     p.add_argument("--suppressions", action="append", default=[], metavar="FILE",

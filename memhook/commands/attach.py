@@ -7,7 +7,7 @@ import signal
 from .. import __version__, snapshot_when, suppressions
 from ..session import MAX_SIZE, Options
 from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_check_arguments,
-                        add_otlp_arguments, duration_arg, otlp_url, pid_list,
+                        add_otlp_arguments, duration_arg, otlp_url, pause_arg, pid_list,
                         positive_float, runtime_rules, size_arg)
 
 # --lossless's bound per event, a safety net (a memhook that stopped or died is noticed sooner,
@@ -78,6 +78,13 @@ def add_tracing_arguments(p: Parser) -> None:
                    "each from its first allocation after fork (each child waits for memhook's "
                    "attach, about half a second)")
     add_leak_check_arguments(p)
+    p.add_argument("--max-pause", type=pause_arg, default=200.0, metavar="MS",
+                   help="the longest the leak check at detach may stop the target, in "
+                   "milliseconds (200ms, 0.2s; default 200); beyond it the check is skipped "
+                   "and the report says so")
+    p.add_argument("--no-reachability", dest="reachability", action="store_false",
+                   help="no leak check at detach (which blocks no pointer reaches): suspects "
+                   "by growth only")
     add_attribution_arguments(p)
     p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
                    help="do not walk glibc malloc's heap at attach and detach (the census of "
@@ -130,7 +137,8 @@ def tracing_setup(a) -> tuple[Options, list]:
                    ring_bytes=a.ring_size, rings=a.rings, abandon_after_s=a.unhook_after,
                    sample_rate=a.sample_rate, library_dir=a.library_dir,
                    heap_census=a.heap_census, follow_forks=a.follow_fork,
-                   max_wait_s=a.max_wait, lossless=a.lossless)
+                   max_wait_s=a.max_wait, lossless=a.lossless,
+                   reachability=a.reachability, max_pause_ms=a.max_pause)
     try:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)

@@ -63,6 +63,14 @@ inline uint32_t xsave_bytes() {
 constexpr uint64_t kUcFramePointer = 40 + 8 * 10, kUcStackPointer = 40 + 8 * 15,
                    kUcProgramCounter = 40 + 8 * 16;
 
+// A thread's general registers as PTRACE_GETREGSET (NT_PRSTATUS) gives them (user_regs_struct):
+// the leak check takes each as a possible pointer, and the stack pointer says where the live part
+// of its stack begins. Below it the ABI's red zone may still hold a leaf function's data.
+constexpr int kRegsStackPointer = 19;  // rsp
+constexpr uint64_t kStackRedZone = 128;
+// The bits of a word that can be an address (no pointer tags on x86-64).
+constexpr uint64_t kPointerBits = ~uint64_t(0);
+
 // The relocations that store a function's address in a slot memhook patches: JUMP_SLOT,
 // GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data). The one
 // list: the hook library's late patching reads it here, memhook's scan through the consumer

@@ -1,0 +1,96 @@
+// Where the leak check looks for pointers (the roots), read from /proc/PID/maps with every thread
+// stopped, as valgrind takes them: every readable and writable mapping (modules' data and bss,
+// the loader's and libc's, anonymous mappings, thread stacks with their TLS at the top), but
+//   - a thread's stack only from its stack pointer (less the red zone) up: below lies stale data;
+//   - a malloc heap (a mapping holding a block the check knows) only between its blocks, and
+//     not at all when every block in it is known (glibc's heaps after a census at attach): the
+//     blocks from before attach of another allocator are then scanned as roots;
+//   - never memhook's own mappings (its segment, its library's data, its address table): they
+//     hold the address of every block and would make every block reachable.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "arch.h"
+#include "leak_marking.h"
+#include "thread_stop.h"
+
+namespace memhook::reachability {
+
+struct Range {
+  uint64_t lo, hi;
+};
+
+struct RootRanges {
+  std::vector<Range> ranges;
+  uint64_t stack_bytes = 0, data_bytes = 0, heap_gap_bytes = 0, excluded_bytes = 0;
+};
+
+constexpr uint64_t kGlibcHeapBytes = uint64_t(64) << 20;  // HEAP_MAX_SIZE on 64-bit
+
+inline bool overlaps(const Range& a, const Range& b) { return a.lo < b.hi && b.lo < a.hi; }
+
+// blocks: sorted by address (Marking::blocks()). exclude: memhook's own ranges.
+inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
+                              const std::vector<StoppedThread>& threads,
+                              const std::vector<Range>& exclude, bool heaps_known) {
+  RootRanges out;
+  const std::string path = "/proc/" + std::to_string(pid) + "/maps";
+  FILE* f = fopen(path.c_str(), "re");
+  if (!f) return out;
+  char line[4096];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8] = {0};
+    int name_at = 0;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &name_at) < 3) continue;
+    std::string name = name_at ? std::string(line + name_at) : std::string();
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (perms[0] != 'r' || perms[1] != 'w') continue;
+    if (name == "[vvar]" || name == "[vvar_vclock]" || name == "[vsyscall]" || name == "[vdso]")
+      continue;
+    const Range m{lo, hi};
+    const std::string base = name.substr(name.rfind('/') + 1);
+    bool own = base.compare(0, 8, "memhook-") == 0;
+    for (const Range& e : exclude) own = own || overlaps(m, e);
+    if (own) {
+      out.excluded_bytes += hi - lo;
+      continue;
+    }
+    // A thread's stack: from the lowest stack pointer in it (less the red zone) to its end.
+    uint64_t sp = UINT64_MAX;
+    for (const StoppedThread& t : threads)
+      if (t.sp() >= lo && t.sp() < hi) sp = std::min(sp, t.sp());
+    if (sp != UINT64_MAX) {
+      const uint64_t from = std::max<uint64_t>(lo, (sp - arch::kStackRedZone) & ~uint64_t(7));
+      out.ranges.push_back({from, hi});
+      out.stack_bytes += hi - from;
+      continue;
+    }
+    // A heap: the first block at or after lo.
+    auto it = std::lower_bound(blocks.begin(), blocks.end(), uint64_t(lo),
+                               [](const Block& b, uint64_t v) { return b.addr < v; });
+    if (it != blocks.end() && it->addr < hi) {
+      // glibc's heaps, every block in them known: the main arena's ([heap]) and the others',
+      // each at a multiple of its 64 MiB reservation. (An mmapped chunk's mapping may have
+      // merged with the program's own: only its gaps are skipped, as for any other heap.)
+      if (heaps_known && (name == "[heap]" || lo % kGlibcHeapBytes == 0)) continue;
+      uint64_t at = lo;
+      for (; it != blocks.end() && it->addr < hi; ++it) {
+        if (it->addr > at) out.ranges.push_back({at, it->addr}), out.heap_gap_bytes += it->addr - at;
+        at = std::max(at, (it->addr + it->size + 7) & ~uint64_t(7));
+      }
+      if (at < hi) out.ranges.push_back({at, hi}), out.heap_gap_bytes += hi - at;
+      continue;
+    }
+    out.ranges.push_back(m);
+    out.data_bytes += hi - lo;
+  }
+  fclose(f);
+  return out;
+}
+
+}  // namespace memhook::reachability
