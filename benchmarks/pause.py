@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver import Session, Target, build
+from driver import NO_LEAK_CHECK, Session, Target, build
 
 
 def summary(xs):
@@ -36,7 +36,7 @@ def main():
     told = {"attach": [], "detach": []}
     for _ in range(a.cycles):
         t.ask("reset")
-        mh = Session(t.pid)
+        mh = Session(t.pid, *NO_LEAK_CHECK)
         told["attach"].append(mh.attach_ms)
         seen["attach"].append(t.ask("max", "max") / 1000.0)
         t.ask("reset")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .capture import Capture
+from .reachability import categories
 from .format import duration_text, human_bytes
 
 MAX_POINTS = 200   # Theil–Sen is quadratic: longer series are subsampled evenly
@@ -97,10 +98,13 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         seen = np.ones(len(times), bool)
     t_seen = times[seen]
     late_from = float(t_seen[-1]) * 2 / 3 if len(t_seen) else 0.0
+    leaks = categories.per_stack(cap.meta)  # the leak check at detach, if one was taken
     rows = []
     for stack in np.nonzero(cap.sites["outstanding_bytes"])[0]:
         stack = int(stack)
         out_bytes = int(cap.sites["outstanding_bytes"][stack])
+        check = leaks.get(stack, categories.ZERO) if leaks is not None else None
+        lost = categories.lost_bytes(check)
         y = series.get(stack)
         if y is None:
             y = np.full(len(times), float(out_bytes))
@@ -133,7 +137,7 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         # can then look like a slow rise).
         first_half = y[times <= end_s / 2]
         cycling = len(first_half) > 0 and out_bytes <= float(first_half.max())
-        if allocs and frees >= allocs / 2 and (growth <= 0 or young or cycling):
+        if allocs and frees >= allocs / 2 and (growth <= 0 or young or cycling) and not lost:
             continue  # turns over, its floor does not trend up: churn, not a leak
         if young:
             growth = late_growth = 0.0
@@ -150,6 +154,14 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
                        f"{_duration(end_s - late_from)} (a cache or pool that filled){oldest_text}"]
         else:
             reasons = [f"held, not growing{oldest_text}"]
+        if lost:  # proven, not suspected: first
+            reasons.insert(0, categories.text({k: v for k, v in check.items()
+                                               if k.startswith(("definitely", "indirectly"))})
+                           + " (no pointer reaches them)")
+        elif (check is not None and check["reachable_count"] and not check["possibly_lost_count"]
+              and (growth > 0 or plateaued)):
+            reasons[0] = "growing, but held: " + reasons[0] + "; every block still reachable " \
+                "(a cache or a structure that keeps them, not a leak)"
         reasons.append(f"{never_freed:.0%} of its allocations never freed")
         if counted:
             reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")
@@ -159,8 +171,11 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
                      "plateaued": bool(plateaued), "never_freed_share": round(never_freed, 4),
                      "old_share": round(old, 4),
                      "score": round(late_growth, 1) if late_growth > 0 and not plateaued else 0.0,
-                     "reasons": reasons})
-    rows.sort(key=lambda r: (-r["score"], -r["outstanding_bytes"]))
+                     "definitely_lost_bytes": check["definitely_lost_bytes"] if check else 0,
+                     "lost_bytes": lost, "reasons": reasons})
+    # Blocks proven lost first (definitely, then with what they hold), then growth at the end.
+    rows.sort(key=lambda r: (-r["definitely_lost_bytes"], -r["lost_bytes"], -r["score"],
+                             -r["outstanding_bytes"]))
     return rows
 
 

@@ -33,6 +33,11 @@ fi
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 # For the test of the HTML report as a browser shows it.
 command -v chromium >/dev/null || missing+=(chromium)
+# For the leak check's ground truth: valgrind, and LeakSanitizer (clang and its runtime).
+command -v valgrind >/dev/null || missing+=(valgrind)
+command -v clang-14 >/dev/null || missing+=(clang-14)
+compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.lsan-x86_64.a" >/dev/null ||
+  missing+=(libclang-rt-14-dev)
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import analysis, attribution, hooks
+from ..reachability import categories
 from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
                        stack_key)
 from ..capture import snapshots
@@ -175,6 +176,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     keys = SITE_KEYS + UNCERTAIN_COLUMNS + (("peak_bytes",) if "peak_bytes" in cap.sites else ())
     columns = [(k, cap.sites[k].tolist()) for k in keys]
     op_masks = cap.sites["op_mask"].tolist()
+    leaks = categories.per_stack(cap.meta)  # the leak check at detach, if one was taken
     for i in candidates:
         progress.step()
         i = int(i)
@@ -183,6 +185,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
             continue
         site = {k: column[i] for k, column in columns}
         site["operations"] = hooks.operation_names(op_masks[i])
+        if leaks is not None:
+            site.update(leaks.get(i, categories.ZERO))
         site["frames"] = frames
         if cap.by_process is not None:
             bp = cap.by_process
@@ -212,6 +216,9 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         # allocation functions beside libc's, and whether their calls were traced (allocators.py)
         "allocators": [a for a in meta.get("allocators", []) if isinstance(a, dict)],
     }
+    check = categories.summary(meta)
+    if check:
+        report["leak_check"] = check
     if cap.series and len(cap.series.get("time_s", [])):
         columns = [k for k in SERIES_COLUMNS + MEMORY_COLUMNS + PART_COLUMNS if k in cap.series]
         report["timeseries"] = [

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import suppressions
+from ..reachability import categories
 from ..format import duration_text, frame_text, human_bytes, one_line
 from ..format import leak_site as one_line_site
 from ..short_names import simplify
@@ -244,6 +245,26 @@ def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4,
     return lines
 
 
+def leak_check_lines(check: dict | None) -> list[str]:
+    """The leak check at detach: valgrind's categories over the session's blocks, or why it was
+    not taken."""
+    if not check:
+        return []
+    if check.get("skipped"):
+        return [f"  leak check: skipped: {check['skipped']}"]
+    t, before = check["totals"], check["before_attach"]
+    lines = [f"  leak check (every thread stopped {check['pause_ms']:.1f} ms, "
+             f"{human_bytes(check['bytes_read'])} scanned): "
+             + "; ".join(f"{categories.WORDS[c]} {t[c + '_bytes']} bytes in "
+                         f"{t[c + '_count']} blocks" for c in categories.CATEGORIES)]
+    if any(before.values()):
+        lines.append("    of the blocks from before attach (stacks unknown): "
+                     + (categories.text(before) or "none"))
+    if check.get("note"):
+        lines.append(f"    {check['note']}")
+    return lines
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool = False) -> str:
     """The text report. One-line names (a stack's header, the suspects) are short
     (short_names.py) unless `full_names`; the stacks' frame listings are always full."""
@@ -278,6 +299,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
     if pm:
         lines.append("  process: " + process_memory_text(
             pm, explained=bool(report.get("resident_memory") and census_ok(report))))
+    lines += leak_check_lines(report.get("leak_check"))
     lines += resident_lines(report.get("resident_memory"))
     lines += census_lines(report.get("heap_census"), full_names=full_names)
     lines += allocator_stats_lines(report.get("allocator_stats"))
@@ -305,7 +327,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
                             (None, "", "interrupted", "duration reached", "terminated") else ""))
         lines.append("Merged view (stacks matched by build-id and offset across processes):")
     if report.get("leak_suspects"):
-        lines.append("Leak suspects (growth at the end of the capture first):")
+        lines.append("Leak suspects (" + ("blocks no pointer reaches first, then "
+                                          if report.get("leak_check", {}).get("totals") else "")
+                     + "growth at the end of the capture first):")
         for n, r in enumerate(report["leak_suspects"][:top], 1):
             where = leak_site(r)
             lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
@@ -335,6 +359,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
                         "blocks may have been freed" if s.get("uncertain_count") else "")
                      + (f" [suppressed: leak:{s['suppressed_by']}]" if s.get("suppressed_by")
                         else ""))
+        if s.get("reachable_count") is not None and categories.text(s):
+            lines.append(f"      leak check: {categories.text(s)}")
         if s.get("processes"):
             lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
                                                  for p in s["processes"]))
