@@ -1,7 +1,7 @@
 // The leak check of a running process: every thread stopped (thread_stop.h), the blocks live at
 // that moment taken (the caller's: the consumer drained, the census's blocks still held), the
 // roots read (roots.h) and every block reached marked (leak_marking.h), then the threads let go.
-// The target's memory is read from outside, /proc/PID/mem and process_vm_readv, never written;
+// The target's memory is read from outside, through /proc/PID/mem, never written;
 // pages the target never touched are skipped (pagemap), unreadable ones counted.
 #pragma once
 #include <fcntl.h>
@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,102 +28,130 @@ struct LeakCheck {
   std::vector<Block> blocks;  // each with its state
   RootRanges roots;
   uint32_t threads = 0;
-  uint64_t pause_ns = 0, scan_ns = 0, bytes_read = 0, unreadable_bytes = 0;
+  // The pause, and within it: stopping the threads, the consumer's catching up, the scan.
+  uint64_t pause_ns = 0, stop_ns = 0, drain_ns = 0, scan_ns = 0;
+  uint64_t bytes_read = 0, unreadable_bytes = 0;
 };
 
 class BlockReader {
  public:
   BlockReader(int pid, int mem_fd, int pagemap_fd) : pid_(pid), mem_(mem_fd), pagemap_(pagemap_fd) {}
 
-  // Every touched page of [lo, hi), in pieces: fn(words, n) for each aligned run of words.
+  // Every touched page of [lo, hi), in pieces of at most kPiece: fn(words, n) for each.
   template <class Fn>
   void range(uint64_t lo, uint64_t hi, Fn fn) {
     lo = (lo + 7) & ~uint64_t(7);
     hi &= ~uint64_t(7);
-    if (hi <= lo) return;
-    census::ResidentPages pages(pagemap_, lo, hi);
     buf_.resize(kPiece / 8);
-    for (uint64_t at = lo; at < hi;) {
-      if (pages.known() && !pages.in_memory_or_swap(at)) {  // never touched: no pointers
-        at = std::min(hi, (at & ~(census::kPage - 1)) + census::kPage);
-        continue;
-      }
-      uint64_t end = std::min(hi, at + kPiece);
-      if (pages.known()) end = std::min(end, pages.touched_until(at, end));
-      const size_t got = mem_.read_some(at, buf_.data(), size_t(end - at));
-      bytes_ += got;
-      if (got / 8) fn(buf_.data(), got / 8);
-      if (got < end - at) {  // an unreadable page: skip it
-        const uint64_t bad = (at + got) & ~(census::kPage - 1);
-        const uint64_t next = std::min(hi, bad + census::kPage);
-        unreadable_ += next - (at + got);
-        at = next;
-      } else {
-        at = end;
-      }
+    for (uint64_t at = lo; at < hi; at = std::min(hi, at + kPiece)) {
+      const uint64_t end = std::min(hi, at + kPiece);
+      if (read_into(at, end, buf_.data())) fn(buf_.data(), size_t(end - at) / 8);
     }
   }
 
-  // Blocks in one process_vm_readv where they fit, big ones page by page as range() reads.
+  // Blocks, through a cache of the 1 MiB pieces of memory they lie in: a heap is read
+  // piece by piece, near memcpy's speed, instead of one small read per block (1.7 us each with
+  // process_vm_readv's iovecs, for 64-byte blocks). Pieces beyond the cache's budget are read
+  // again when needed; blocks above a piece read by themselves.
   template <class Fn>
   void blocks(const std::vector<Block>& all, const std::vector<uint32_t>& which, Fn fn) {
-    std::vector<struct iovec> remote;
-    std::vector<uint32_t> in_call;
-    size_t total = 0;
-    buf_.resize(kPiece / 8);
-    auto flush = [&] {
-      if (remote.empty()) return;
-      struct iovec local = {buf_.data(), total};
-      ssize_t got = process_vm_readv(pid_, &local, 1, remote.data(), remote.size(), 0);
-      size_t off = 0;
-      for (size_t i = 0; i < remote.size(); i++) {
-        const size_t n = remote[i].iov_len;
-        if (got >= 0 && off + n <= size_t(got)) {
-          bytes_ += n;
-          fn(in_call[i], buf_.data() + off / 8, n / 8);
-        } else {  // not read whole in that call: on its own (a page may be unreadable)
-          const Block& b = all[in_call[i]];
-          std::vector<uint64_t> one(n / 8);
-          const size_t r = mem_.read_some(b.addr, one.data(), n);
-          bytes_ += r;
-          unreadable_ += n - r;
-          fn(in_call[i], one.data(), r / 8);
-        }
-        off += n;
-      }
-      remote.clear();
-      in_call.clear();
-      total = 0;
-    };
     for (uint32_t k : which) {
       const Block& b = all[k];
       const uint64_t lo = (b.addr + 7) & ~uint64_t(7), hi = (b.addr + b.size) & ~uint64_t(7);
       if (hi <= lo) continue;
-      const size_t n = size_t(hi - lo);
-      if (n > kBigBlock) {
+      if (hi - lo > kPiece) {
         range(lo, hi, [&](const uint64_t* w, size_t m) { fn(k, w, m); });
         continue;
       }
-      if (total + n > kPiece || remote.size() == kMaxIov) flush();
-      remote.push_back({(void*)lo, n});
-      in_call.push_back(k);
-      total += n;
+      const uint64_t p0 = lo / kPiece, p1 = (hi - 1) / kPiece;
+      if (p0 == p1) {
+        fn(k, piece(p0) + (lo - p0 * kPiece) / 8, size_t(hi - lo) / 8);
+        continue;
+      }
+      // Across two pieces: copied together (the second read may evict nothing the first needs).
+      const size_t first = size_t(p1 * kPiece - lo);
+      span_.resize(size_t(hi - lo) / 8);
+      std::memcpy(span_.data(), piece(p0) + (lo - p0 * kPiece) / 8, first);
+      std::memcpy(span_.data() + first / 8, piece(p1), size_t(hi - lo) - first);
+      fn(k, span_.data(), span_.size());
     }
-    flush();
   }
 
   uint64_t bytes() const { return bytes_; }
   uint64_t unreadable() const { return unreadable_; }
 
  private:
-  static constexpr size_t kPiece = size_t(1) << 20;  // bytes per read
-  static constexpr size_t kBigBlock = size_t(256) << 10;  // read by pages touched
-  static constexpr size_t kMaxIov = 1024;                 // IOV_MAX
+  // Piece i's words, read on first use (pages never touched and unreadable ones as zeros).
+  // The least recently used piece goes when the budget is full: the marking walks a heap in
+  // runs (a table's blocks one after another), so a piece is seldom wanted again once passed.
+  const uint64_t* piece(uint64_t i) {
+    auto it = pieces_.find(i);
+    if (it != pieces_.end()) {
+      it->second.used = ++tick_;
+      return it->second.words.data();
+    }
+    if (pieces_.size() >= kCachedPieces) {
+      auto oldest = pieces_.begin();
+      for (auto j = pieces_.begin(); j != pieces_.end(); ++j)
+        if (j->second.used < oldest->second.used) oldest = j;
+      pieces_.erase(oldest);
+    }
+    Piece& p = pieces_[i];
+    p.used = ++tick_;
+    p.words.resize(kPiece / 8);
+    read_into(i * kPiece, (i + 1) * kPiece, p.words.data());
+    return p.words.data();
+  }
+
+  // [lo, hi) into `out` (its words at lo), read where the pages were touched, zeros where they
+  // were not (no pointers there) or cannot be read. False if nothing was read.
+  bool read_into(uint64_t lo, uint64_t hi, uint64_t* out) {
+    census::ResidentPages pages(pagemap_, lo, hi);
+    char* const base = reinterpret_cast<char*>(out) - lo;
+    bool any = false;
+    for (uint64_t at = lo; at < hi;) {
+      uint64_t end = std::min(hi, (at & ~(census::kPage - 1)) + census::kPage);
+      if (pages.known() && !pages.in_memory_or_swap(at)) {  // never touched
+        std::memset(base + at, 0, end - at);
+        at = end;
+        continue;
+      }
+      if (pages.known()) end = std::max(end, pages.touched_until(at, hi));
+      const size_t got = read_some(at, base + at, size_t(end - at));
+      bytes_ += got;
+      any = any || got;
+      if (got < end - at) {  // an unreadable page: zeros, and on after it
+        const uint64_t next = std::min(hi, ((at + got) & ~(census::kPage - 1)) + census::kPage);
+        std::memset(base + at + got, 0, next - (at + got));
+        unreadable_ += next - (at + got);
+        at = next;
+      } else {
+        at = end;
+      }
+    }
+    return any;
+  }
+
+  static constexpr size_t kPiece = size_t(1) << 20;  // bytes per read, and per cached piece
+  static constexpr size_t kCachedPieces = 256;  // at most 256 MiB of the target's held
+  struct Piece {
+    std::vector<uint64_t> words;
+    uint64_t used = 0;
+  };
+  // process_vm_readv first (one call per run of pages; faster than /proc/PID/mem's page
+  // by page copy), /proc/PID/mem for what it could not read whole.
+  size_t read_some(uint64_t at, void* out, size_t n) {
+    struct iovec local = {out, n}, remote = {(void*)at, n};
+    const ssize_t got = process_vm_readv(pid_, &local, 1, &remote, 1, 0);
+    if (got == ssize_t(n)) return n;
+    return mem_.read_some(at, out, n);
+  }
   int pid_;
   census::TargetMemory mem_;
   int pagemap_;
-  std::vector<uint64_t> buf_;
-  uint64_t bytes_ = 0, unreadable_ = 0;
+  std::vector<uint64_t> buf_, span_;
+  std::map<uint64_t, Piece> pieces_;
+  uint64_t bytes_ = 0, unreadable_ = 0, tick_ = 0;
 };
 
 // `take_blocks` runs with every thread stopped and returns the blocks live at that moment.
@@ -141,7 +171,11 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
         out.skipped = "cannot read the target's memory";
       } else if (stopped.stop(pid, deadline, &out.skipped)) {
         out.threads = uint32_t(stopped.threads().size());
+        const uint64_t t1 = now_ns();
+        out.stop_ns = t1 - t0;
         Marking marking(take_blocks());
+        const uint64_t t2 = now_ns();
+        out.drain_ns = t2 - t1;
         out.roots = root_ranges(pid, marking.blocks(), stopped.threads(), exclude, heaps_known);
         BlockReader reader(pid, mem, pagemap);
         auto more = [&] { return now_ns() < deadline; };
@@ -159,6 +193,7 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
           done = marking.cliques([&](const auto& which, auto fn) {
             reader.blocks(marking.blocks(), which, fn);
           }, more);
+        out.scan_ns = now_ns() - t2;
         out.bytes_read = reader.bytes();
         out.unreadable_bytes = reader.unreadable();
         if (!done)

@@ -12,6 +12,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "arch.h"
@@ -37,13 +38,30 @@ inline Category category(uint8_t state) {
   }
 }
 
+// A stable LSD radix sort by address, 16 bits a pass over the bits addresses use: a million
+// blocks in a few passes over memory (std::sort took 70-100 ms of the pause for them).
+inline void sort_by_address(std::vector<Block>& v) {
+  uint64_t top = 0;
+  for (const Block& b : v) top |= b.addr;
+  std::vector<Block> tmp(v.size());
+  std::vector<size_t> count(size_t(1) << 16);
+  for (int shift = 0; shift < 64 && (top >> shift); shift += 16) {
+    std::fill(count.begin(), count.end(), 0);
+    for (const Block& b : v) count[(b.addr >> shift) & 0xffff]++;
+    size_t sum = 0;
+    for (size_t& c : count) sum += std::exchange(c, sum);
+    for (const Block& b : v) tmp[count[(b.addr >> shift) & 0xffff]++] = b;
+    v.swap(tmp);
+  }
+}
+
 class Marking {
  public:
+  // `blocks`: the session's first, then the census's.
   explicit Marking(std::vector<Block> blocks) : blocks_(std::move(blocks)) {
-    std::sort(blocks_.begin(), blocks_.end(),
-              [](const Block& a, const Block& b) { return a.addr < b.addr; });
-    // Two blocks at one address (the consumer's and the census's views of a reused block):
-    // the later one is the session's, which the consumer keeps after a census block's free.
+    sort_by_address(blocks_);
+    // Two blocks at one address (a census block freed unseen and the address reused): the
+    // session's, which comes first (the sort is stable).
     blocks_.erase(std::unique(blocks_.begin(), blocks_.end(),
                               [](const Block& a, const Block& b) { return a.addr == b.addr; }),
                   blocks_.end());
