@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import re
 import shutil
+import signal
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -152,3 +154,33 @@ def test_a_check_past_max_pause_is_skipped_and_said(tmp_path):
         "did not stop in time" in report["leak_check"]["skipped"]
     assert "definitely_lost_bytes" not in report["sites"][0]
     assert "leak check: skipped: " in report_text(mh.capture).stdout
+
+
+def tracer_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+
+
+def test_memhook_killed_during_the_check_leaves_the_target_running(tmp_path):
+    """memhook killed with -9 while every thread is held for the check (a 1 GiB heap takes
+    about half a second to scan): the kernel lets the threads go with their tracer, and the
+    target runs on, answers, and ends cleanly."""
+    target = Target(build(tmp_path, "held_heap.c", flags=["-O2"]))
+    try:
+        mh = Memhook(target.pid, tmp_path, "--max-pause", "60000")
+        target.command("fill 1024 4096")
+        mh.proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while not tracer_of(target.pid):  # the check (a thread of memhook's) holds the threads
+            assert time.monotonic() < deadline and mh.proc.poll() is None, "no check seen"
+            time.sleep(0.001)
+        mh.proc.kill()
+        mh.proc.wait()
+        time.sleep(0.2)
+        assert tracer_of(target.pid) == 0
+        with open(f"/proc/{target.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] in "RS"  # running or sleeping
+        target.command("ping")  # it answers (its hooks, left by a dead memhook, still run)
+        assert target.finish() == 0
+    finally:
+        target.kill()

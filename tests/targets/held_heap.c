@@ -1,4 +1,5 @@
-/* A heap of a chosen size for the leak check's benchmark: "fill MIB SIZE" allocates MIB MiB in
+/* A heap of a chosen size for the leak check (benchmarks/leak_check.py, and a test that kills
+ * memhook during the check): "fill MIB SIZE" allocates MIB MiB in
  * blocks of SIZE bytes, every page written, each block's address kept in a table a global
  * holds (reachable), but one in 16 dropped (definitely lost); prints "blocks N". */
 #include <stdio.h>
@@ -22,7 +23,7 @@ int main(void) {
   char line[128];
   printf("ready\n");
   fflush(stdout);
-  while (fgets(line, sizeof line, stdin)) {
+  while (fgets(line, sizeof line, stdin) && strcmp(line, "exit\n") != 0) {
     size_t mib, size;
     if (sscanf(line, "fill %zu %zu", &mib, &size) == 2) fill(mib, size);
     printf("done\n");
