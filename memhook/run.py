@@ -37,6 +37,8 @@ class Follower:
 
     def __init__(self, session, recorder, a, view_label: str = "", symbols: dict | None = None):
         self.session, self.recorder, self.a = session, recorder, a
+        # The program's exit() waits for the leak check, which step() takes when it asks.
+        session.consumer.set_check_at_exit(session.options.reachability)
         self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
         self.view = LiveView(session, recorder, a.top, sys.stdout.isatty() and not view_label,
                              view_label, getattr(a, "runtime", None),
@@ -50,6 +52,8 @@ class Follower:
         """One look: '' while the process runs on, else why its session ends."""
         session, recorder = self.session, self.recorder
         alive = session.target_alive()
+        if alive and session.consumer.exit_announced():  # exit(): the leak check, now
+            session.check_leaks("exit")
         rescan = now >= self.next_rescan
         if rescan:
             self.next_rescan = now + RESCAN_S

@@ -475,8 +475,8 @@ class Session:
         # The target stopped tracing by itself (memhook's heartbeat seemed stopped): say so.
         self.abandoned = self.consumer.abandoned
         if self.target_alive() and self._library_still_mapped():
-            if self.options.reachability:  # (tracing still on: the blocks live are exact)
-                self.leaks = reachability.check(self, self.options.max_pause_ms)
+            if self.options.reachability and not self.leaks:  # (tracing still on: exact)
+                self.check_leaks("detach")
             self.modules = elf.modules(self.pid, self.modules)
             module_files.keep(self.modules.values(), self.kept_files)
             request = DetachRequest(pid=self.pid, lib_base=self.lib_base,
@@ -495,6 +495,9 @@ class Session:
             if "stats" in result:
                 self.allocator_stats["detach"] = allocator_stats.wait_for(self.consumer,
                                                                           self.stats_reader)
+        elif self.options.reachability and not self.leaks:
+            self.leaks = {"skipped": "the process ended before a check: killed, or by _exit() "
+                          "or exec, which run no exit handlers (memhook checks at exit())"}
         # Hooks already inside the real function finish their record, then the rest is exact.
         deadline = time.monotonic() + 1.0
         while self.consumer.any_busy() and time.monotonic() < deadline and self.target_alive():
@@ -516,6 +519,14 @@ class Session:
             at["freed_in_session"] = heap_census.freed_in_session(
                 at, self.consumer.census_classes())
         self.consumer.release_rings()
+
+    def check_leaks(self, when: str) -> None:
+        """The leak check now (reachability/check.py), kept for the capture: at detach, or at
+        the program's exit() (it waits in the hook library's destructor: exit_check.h)."""
+        self.leaks = reachability.check(self, self.options.max_pause_ms)
+        self.leaks["when"] = when
+        if when == "exit":
+            self.consumer.exit_done()
 
     def _reconcile(self) -> None:
         """Frees the hooks dropped: the blocks they freed, found in the target's address table

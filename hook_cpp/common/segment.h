@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 19;
+constexpr uint32_t kVersion = 20;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -173,8 +173,14 @@ struct alignas(64) Control {
   // a wait runs out it drops without waiting until the consumer has emptied half the ring.
   uint64_t max_wait_ns;
   uint32_t lossless;
+  // The leak check at exit (hook_library/exit_check.h): memhook sets check_at_exit; the thread
+  // that runs the library's destructor in exit() sets exit_state to kExitAnnounced and waits
+  // until memhook has taken the check (kExitDone), its heartbeat stops, or kForkWaitNs pass.
+  uint32_t check_at_exit;
+  uint32_t exit_state;
   uint32_t pad3;
 };
+enum ExitState : uint32_t { kExitNone = 0, kExitAnnounced = 1, kExitDone = 2 };
 constexpr uint64_t kMaxWaitNs = 60000000000ull;  // --max-wait's bound: a minute per event
 
 // kSpawnAnnounced: a thread about to start a program in a child (posix_spawn, system, popen:

@@ -212,6 +212,14 @@ class Consumer {
 
   // --follow-fork (hook_library/lifecycle.h): children forked with the hooks armed announce
   // themselves and wait until their entry is cleared.
+  // The leak check at exit (hook_library/exit_check.h).
+  void set_check_at_exit(bool on) {
+    __atomic_store_n(&ctl_->check_at_exit, on ? 1u : 0u, __ATOMIC_RELEASE);
+  }
+  bool exit_announced() const {
+    return __atomic_load_n(&ctl_->exit_state, __ATOMIC_ACQUIRE) == kExitAnnounced;
+  }
+  void exit_done() { __atomic_store_n(&ctl_->exit_state, (uint32_t)kExitDone, __ATOMIC_RELEASE); }
   void set_follow_forks(bool on) {
     __atomic_store_n(&ctl_->follow_forks, on ? 1u : 0u, __ATOMIC_RELEASE);
   }

@@ -15,8 +15,8 @@ bool consumer_gone(const Control* c, uint64_t now) {
 
 // Nap 1 ms at a time until done() holds (true), or memhook is gone or the wait too long (false).
 template <class Done>
-bool wait_for_memhook(const Control* c, Done done) {
-  const uint64_t until = monotonic_ns() + kForkWaitNs;
+bool wait_for_memhook(const Control* c, uint64_t longest_ns, Done done) {
+  const uint64_t until = monotonic_ns() + longest_ns;
   for (;;) {
     if (done()) return true;
     const uint64_t now = monotonic_ns();
@@ -45,7 +45,8 @@ void forked_child() {
   if (i >= (uint32_t)kMaxForked) return;
   const int32_t self = (int32_t)syscall(SYS_getpid);
   __atomic_store_n(&c->forked[i], self, __ATOMIC_RELEASE);
-  wait_for_memhook(c, [&] { return __atomic_load_n(&c->forked[i], __ATOMIC_ACQUIRE) != self; });
+  wait_for_memhook(c, kForkWaitNs,
+                   [&] { return __atomic_load_n(&c->forked[i], __ATOMIC_ACQUIRE) != self; });
 }
 
 // An exec under --follow-fork: this thread announces itself and waits until memhook is its
@@ -64,7 +65,7 @@ auto exec_followed(Exec real_exec, ExecState announced = kExecAnnounced) {
     if (__atomic_compare_exchange_n(&c->exec_tid, &none, tid, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE)) {
       __atomic_store_n(&c->exec_state, (uint32_t)announced, __ATOMIC_RELEASE);
-      if (wait_for_memhook(c, [&] {
+      if (wait_for_memhook(c, kForkWaitNs, [&] {
             return __atomic_load_n(&c->exec_state, __ATOMIC_ACQUIRE) == kExecGo;
           })) {
         self = tid;
@@ -78,7 +79,8 @@ auto exec_followed(Exec real_exec, ExecState announced = kExecAnnounced) {
   if (self && __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) == self) {
     const int saved = errno;
     __atomic_store_n(&c->exec_state, (uint32_t)kExecFailed, __ATOMIC_RELEASE);
-    wait_for_memhook(c, [&] { return __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) != self; });
+    wait_for_memhook(c, kForkWaitNs,
+                     [&] { return __atomic_load_n(&c->exec_tid, __ATOMIC_ACQUIRE) != self; });
     errno = saved;
   }
   return rc;

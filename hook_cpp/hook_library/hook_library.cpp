@@ -55,6 +55,7 @@ using namespace memhook;
 #include "late_patching.h"    // libraries loaded after attach
 #include "entry_patches.h"    // functions no slot reaches: their first bytes, a trampoline
 #include "following.h"       // --follow-fork: a forked child, an exec, wait for memhook
+#include "exit_check.h"      // exit(): wait for memhook's leak check
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
 #include "lifecycle.h"        // memhook_start, abandon

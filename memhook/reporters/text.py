@@ -253,7 +253,8 @@ def leak_check_lines(check: dict | None) -> list[str]:
     if check.get("skipped"):
         return [f"  leak check: skipped: {check['skipped']}"]
     t, before = check["totals"], check["before_attach"]
-    lines = [f"  leak check (every thread stopped {check['pause_ms']:.1f} ms, "
+    lines = [f"  leak check at {check.get('when', 'detach')} (every thread stopped "
+             f"{check['pause_ms']:.1f} ms, "
              f"{human_bytes(check['bytes_read'])} scanned): "
              + "; ".join(f"{categories.WORDS[c]} {t[c + '_bytes']} bytes in "
                          f"{t[c + '_count']} blocks" for c in categories.CATEGORIES)]

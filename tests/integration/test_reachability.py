@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, build, traced
+from conftest import TARGETS, Memhook, Target, build, memhook_cmd, report_json, traced
 from conftest import report as report_text
 
 # The target's cases (tests/targets/reachability.c): a stack is named by its functions there.
@@ -103,6 +103,7 @@ def test_the_categories_are_valgrinds(tmp_path, opt):
     assert check["heaps_known"] and not check.get("skipped")
     # The text says it, and the suspects list the lost blocks first.
     text = report_text(mh.capture).stdout
+    assert "leak check at detach (every thread stopped " in text
     assert "definitely lost 4020 bytes in 4 blocks; indirectly lost 6032 bytes in 6 blocks" in text
     assert "1006 bytes in 1 blocks definitely lost" in text
     first = report["leak_suspects"][0]
@@ -184,3 +185,31 @@ def test_memhook_killed_during_the_check_leaves_the_target_running(tmp_path):
         assert target.finish() == 0
     finally:
         target.kill()
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
+def test_memhook_run_checks_at_exit_as_valgrind_does(tmp_path):
+    """Under memhook run the check is taken at the program's exit(), after its exit handlers,
+    where valgrind and LeakSanitizer take theirs: the same categories, stack by stack."""
+    exe = build(tmp_path, "reachability.c")
+    expected = valgrind_categories(exe, tmp_path)
+    cap = tmp_path / "run.mh"
+    proc = subprocess.run(memhook_cmd("run", "--no-live", "-o", cap, "--", exe),
+                          input="all\nexit\n", capture_output=True, text=True, timeout=120,
+                          cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    report = report_json(cap)
+    assert report["leak_check"]["when"] == "exit" and report["leak_check"]["threads"] == 4
+    assert memhook_categories(report) == expected
+
+
+def test_a_process_killed_has_no_check_and_says_why(tmp_path):
+    """A target killed while traced ran no exit handler: no categories, and the report says so
+    rather than showing none lost."""
+    target = Target(build(tmp_path, "reachability.c"))
+    mh = Memhook(target.pid, tmp_path)
+    target.command("all")
+    target.kill()
+    report = mh.wait()
+    assert "exit()" in report["leak_check"]["skipped"]
+    assert "definitely_lost_bytes" not in report["sites"][0]
