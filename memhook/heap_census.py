@@ -177,6 +177,24 @@ def summarize(raw: dict, paths: list[str], seconds: float) -> dict:
     }
 
 
+def main_arena(pid: int, libc_version: str) -> tuple[int, int] | None:
+    """glibc's main_arena in the target: (address, bytes), or None where not found. Its top
+    and bins point to chunk headers, 16 bytes before a block, which is inside the block before
+    it: the leak check must not take them for the program's pointers."""
+    minor = _glibc_minor(libc_version)
+    if minor is None:
+        return None
+    maps = procfs.read_maps(pid)
+    mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        found = _native.glibc_main_arena(
+            mem, minor, [(m.start, m.end) for m in maps if elf.is_libc(m.path) and
+                         m.perms[:2] == "rw"], brk_heap(maps))
+    finally:
+        os.close(mem)
+    return found if found[0] else None
+
+
 def brk_heap(maps) -> tuple[int, int]:
     """The [heap] from its start to the brk. A child that grew it after fork() shows it as two
     or more mappings side by side (its part and the parent's are different VMAs): one range."""

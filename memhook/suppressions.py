@@ -9,9 +9,18 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 EXIT_LEAKS = 23  # LeakSanitizer's exit code, which CI jobs already test for
+
+
+class FailOnLeak(NamedTuple):
+    """--fail-on-leak: what counts ("lost": definitely and indirectly lost, as LeakSanitizer
+    counts leaks; "outstanding": every byte still allocated) and above how many bytes."""
+    counts: str
+    threshold: int
 
 
 class SuppressionError(ValueError):
@@ -112,7 +121,7 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
     left outstanding) to the report. Returns the report."""
     for s in suppressions:
         s.blocks = s.bytes = 0
-    left_bytes = left_blocks = 0
+    left_bytes = left_blocks = lost_bytes = lost_blocks = 0
     for site in report["sites"]:
         if site["outstanding_bytes"] <= 0:
             continue
@@ -120,6 +129,8 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
         if hit is None:
             left_bytes += site["outstanding_bytes"]
             left_blocks += site["outstanding_count"]
+            lost_bytes += site.get("definitely_lost_bytes", 0) + site.get("indirectly_lost_bytes", 0)
+            lost_blocks += site.get("definitely_lost_count", 0) + site.get("indirectly_lost_count", 0)
             continue
         site["suppressed_by"] = hit.pattern
         hit.blocks += site["outstanding_count"]
@@ -128,7 +139,14 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
         report["suppressions"] = [{"pattern": s.pattern, "source": s.source, "blocks": s.blocks,
                                    "bytes": s.bytes} for s in suppressions if s.blocks]
     report["unsuppressed"] = {"outstanding_bytes": left_bytes, "outstanding_count": left_blocks}
+    if checked(report):
+        report["unsuppressed"].update(lost_bytes=lost_bytes, lost_count=lost_blocks)
     return report
+
+
+def checked(report: dict) -> bool:
+    """The report has the leak check's categories (it was taken, not skipped)."""
+    return bool((report.get("leak_check") or {}).get("totals"))
 
 
 def suggested(report: dict) -> str:
@@ -136,8 +154,12 @@ def suggested(report: dict) -> str:
     function (without its parameters), for a person to edit; the stack in a comment above."""
     lines = ["# memhook report --print-suppressions: one per leaking stack; edit before use"]
     seen = set()
+    lost_only = checked(report)  # (with the leak check, a leak is a lost block, as for LSan)
     for site in report["sites"]:
         if site["outstanding_bytes"] <= 0 or site.get("suppressed_by"):
+            continue
+        if lost_only and not site.get("definitely_lost_count", 0) + \
+                site.get("indirectly_lost_count", 0):
             continue
         names = [f["function"] for f in site["frames"] if f.get("function")]
         if not names:
@@ -179,7 +201,15 @@ def leak_check_asked(a) -> bool:
         bool(getattr(a, "print_suppressions", False))
 
 
-def leaked(report: dict, threshold: int) -> bool:
-    """--fail-on-leak: more than `threshold` bytes outstanding and not suppressed."""
-    return report.get("unsuppressed", {"outstanding_bytes": report["totals"]["outstanding_bytes"]}
-                      )["outstanding_bytes"] > threshold
+def leaked(report: dict, fail: FailOnLeak) -> bool:
+    """--fail-on-leak: more than its threshold lost (or outstanding) and not suppressed. A
+    report without the leak check (skipped, or turned off) counts outstanding bytes, and says
+    so on stderr."""
+    left = report.get("unsuppressed") or {}
+    if fail.counts == "lost" and checked(report):
+        return left.get("lost_bytes", 0) > fail.threshold
+    if fail.counts == "lost":
+        why = (report.get("leak_check") or {}).get("skipped", "no leak check was taken")
+        print(f"memhook: --fail-on-leak counts outstanding bytes: no leak check ({why})",
+              file=sys.stderr, flush=True)
+    return left.get("outstanding_bytes", report["totals"]["outstanding_bytes"]) > fail.threshold

@@ -131,10 +131,11 @@ py::dict sites(const Consumer& c) {
 // blocks live then (the session's and the census's still held) marked from the roots. Per
 // stack: bytes and blocks definitely, indirectly, possibly lost and still reachable (stack
 // BEFORE_ATTACH: the census's blocks, whose stacks nobody saw).
-py::dict check_leaks(Consumer& c, int pid, const std::vector<std::pair<uint64_t, uint64_t>>& own,
+py::dict check_leaks(Consumer& c, int pid,
+                     const std::vector<std::pair<uint64_t, uint64_t>>& not_roots,
                      bool heaps_known, double max_pause_ms) {
   std::vector<reachability::Range> exclude;
-  for (auto& [lo, hi] : own) exclude.push_back({lo, hi});
+  for (auto& [lo, hi] : not_roots) exclude.push_back({lo, hi});
   reachability::LeakCheck r;
   {
     py::gil_scoped_release release;
@@ -490,6 +491,18 @@ PYBIND11_MODULE(_native, m) {
       "Walk glibc malloc's heap in a running process (census/heap_census.h), reading its "
       "/proc/PID/mem and /proc/PID/pagemap fds; `keep_blocks`: its result's \"blocks\" are "
       "the live blocks found, for Consumer.match_census.");
+  m.def(
+      "glibc_main_arena",
+      [](int mem_fd, int minor, const std::vector<std::pair<uint64_t, uint64_t>>& libc_data,
+         std::pair<uint64_t, uint64_t> heap) {
+        census::TargetMemory mem(mem_fd);
+        const census::MallocLayout l = census::MallocLayout::of(minor);
+        const uint64_t a = census::find_main_arena(mem, l, libc_data, heap.first, heap.second);
+        return py::make_tuple(a, a ? l.state_bytes : 0);
+      },
+      py::arg("mem_fd"), py::arg("glibc_minor"), py::arg("libc_data"), py::arg("heap"),
+      "glibc's main_arena (address, bytes of its malloc_state), found as the census finds it; "
+      "(0, 0) if not found.");
   py::class_<census::CensusBlocks, std::shared_ptr<census::CensusBlocks>>(m, "CensusBlocks")
       .def("memory_bytes", &census::CensusBlocks::memory_bytes);
   m.def("function_table", [](const std::vector<std::string>& paths) {
@@ -694,8 +707,8 @@ PYBIND11_MODULE(_native, m) {
              c.aggregates().record_events(on);
            })
       .def("live_blocks", &live_blocks)
-      .def("check_leaks", &check_leaks, py::arg("pid"), py::arg("own"), py::arg("heaps_known"),
-           py::arg("max_pause_ms"))
+      .def("check_leaks", &check_leaks, py::arg("pid"), py::arg("not_roots"),
+           py::arg("heaps_known"), py::arg("max_pause_ms"))
       .def("behaviour", &behaviour)
       .def("take_events", &take_events)
       .def("late_slots", &late_slots)

@@ -33,7 +33,8 @@ constexpr uint64_t kGlibcHeapBytes = uint64_t(64) << 20;  // HEAP_MAX_SIZE on 64
 
 inline bool overlaps(const Range& a, const Range& b) { return a.lo < b.hi && b.lo < a.hi; }
 
-// blocks: sorted by address (Marking::blocks()). exclude: memhook's own ranges.
+// blocks: sorted by address (Marking::blocks()). exclude: ranges that are no root (memhook's
+// own, glibc malloc's main_arena).
 inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
                               const std::vector<StoppedThread>& threads,
                               const std::vector<Range>& exclude, bool heaps_known) {
@@ -54,9 +55,7 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
       continue;
     const Range m{lo, hi};
     const std::string base = name.substr(name.rfind('/') + 1);
-    bool own = base.compare(0, 8, "memhook-") == 0;
-    for (const Range& e : exclude) own = own || overlaps(m, e);
-    if (own) {
+    if (base.compare(0, 8, "memhook-") == 0) {  // memhook's segment
       out.excluded_bytes += hi - lo;
       continue;
     }
@@ -90,6 +89,27 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
     out.data_bytes += hi - lo;
   }
   fclose(f);
+  // The ranges that are no root, cut out of the rest (main_arena lies in libc's data, beside
+  // stdout's FILE and every other root there).
+  std::vector<Range> kept;
+  for (Range r : out.ranges) {
+    std::vector<Range> pieces{r};
+    for (const Range& e : exclude) {
+      std::vector<Range> next;
+      for (const Range& p : pieces) {
+        if (!overlaps(p, e)) {
+          next.push_back(p);
+          continue;
+        }
+        out.excluded_bytes += std::min(p.hi, e.hi) - std::max(p.lo, e.lo);
+        if (p.lo < e.lo) next.push_back({p.lo, e.lo});
+        if (e.hi < p.hi) next.push_back({e.hi, p.hi});
+      }
+      pieces.swap(next);
+    }
+    kept.insert(kept.end(), pieces.begin(), pieces.end());
+  }
+  out.ranges.swap(kept);
   return out;
 }
 

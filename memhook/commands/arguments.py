@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import shutil
 
+from .. import suppressions
 from ..format import parse_size
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -84,6 +85,13 @@ def add_otlp_arguments(p: argparse.ArgumentParser, when: str) -> None:
                    help="a resource attribute of the OTLP profile (service=NAME: service.name)")
 
 
+def fail_arg(text: str):
+    """--fail-on-leak's value: BYTES of lost blocks, or any-outstanding (every byte held)."""
+    if text.strip() == "any-outstanding":
+        return suppressions.FailOnLeak("outstanding", 0)
+    return suppressions.FailOnLeak("lost", size_arg(text))
+
+
 def pause_arg(text: str) -> float:
     """Milliseconds: a bare number is milliseconds, or a duration (200ms, 0.2s)."""
     try:
@@ -97,9 +105,12 @@ def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suppressions", action="append", default=[], metavar="FILE",
                    help="known leaks, in LeakSanitizer's format (leak:PATTERN; heaptrack's and "
                    "LSan's files as they are); repeatable")
-    p.add_argument("--fail-on-leak", nargs="?", type=size_arg, const=0, default=None,
-                   metavar="BYTES", help="exit with code 23 (LeakSanitizer's) when more than "
-                   "BYTES (default 0) are outstanding and not suppressed")
+    p.add_argument("--fail-on-leak", nargs="?", type=fail_arg,
+                   const=suppressions.FailOnLeak("lost", 0), default=None, metavar="BYTES",
+                   help="exit with code 23 (LeakSanitizer's) when more than BYTES (default 0) "
+                   "are lost (definitely or indirectly: no pointer reaches them, the leak "
+                   "check's words) and not suppressed; =any-outstanding: any byte still "
+                   "allocated, reachable or not")
     p.add_argument("--no-default-suppressions", dest="default_suppressions",
                    action="store_false", help="count what the runtime keeps for the life of "
                    "the process by design (stdio buffers, libstdc++'s emergency exception pool, "

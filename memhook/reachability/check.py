@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .. import _native, allocators, elf
+from .. import _native, allocators, elf, heap_census
 
 CATEGORIES = _native.LEAK_CATEGORIES  # definitely_lost, indirectly_lost, possibly_lost, reachable
 DEFAULT_MAX_PAUSE_MS = 200.0
@@ -22,12 +22,21 @@ def _extent(path: str) -> int:
     return (max(ends) + 4095) & ~4095
 
 
-def own_ranges(session) -> list[tuple[int, int]]:
-    """memhook's own memory in the target beside its segment (which the native side knows by
-    name): the hook library, its data and its address table (bss)."""
-    if not session.lib_base or not getattr(session, "library", ""):
-        return []
-    return [(session.lib_base, session.lib_base + _extent(session.library))]
+def not_roots(session) -> list[tuple[int, int]]:
+    """What is no root beside memhook's segment (which the native side knows by name):
+    memhook's hook library, its data and its address table (bss); and glibc malloc's own
+    main_arena, whose top and bins point into blocks (heap_census.main_arena)."""
+    out = []
+    if session.lib_base and getattr(session, "library", ""):
+        out.append((session.lib_base, session.lib_base + _extent(session.library)))
+    if session.libc_kind[0] == "glibc":
+        try:
+            arena = heap_census.main_arena(session.pid, session.libc_kind[1])
+        except OSError:
+            arena = None
+        if arena:
+            out.append((arena[0], arena[0] + arena[1]))
+    return out
 
 
 def heaps_known(session) -> bool:
@@ -46,10 +55,17 @@ def check(session, max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> dict:
     """The check now, as the capture keeps it: per stack, [stack, bytes and blocks for each of
     CATEGORIES], the census's blocks under stack BEFORE_ATTACH; or `skipped` saying why not."""
     known = heaps_known(session)
-    r = session.consumer.check_leaks(session.pid, own_ranges(session), known, max_pause_ms)
+    skip = not_roots(session)
+    r = session.consumer.check_leaks(session.pid, skip, known, max_pause_ms)
+    notes = []
+    if session.libc_kind[0] == "glibc" and len(skip) < 2:
+        notes.append("glibc's main_arena was not found: a block just before a free chunk may "
+                     "read as possibly lost (the arena's pointers to chunks point into it)")
     r["heaps_known"] = known
     r["max_pause_ms"] = max_pause_ms
     if not known:
-        r["note"] = ("the blocks other allocators (or glibc's, without a census) held before "
+        notes.append("the blocks other allocators (or glibc's, without a census) held before "
                      "attach were scanned as roots: what only they reach counts as reachable")
+    if notes:
+        r["note"] = "; ".join(notes)
     return r

@@ -361,7 +361,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
                      + (f" [suppressed: leak:{s['suppressed_by']}]" if s.get("suppressed_by")
                         else ""))
         if s.get("reachable_count") is not None and categories.text(s):
-            lines.append(f"      leak check: {categories.text(s)}")
+            lines.append(f"    leak check: {categories.text(s)}")
         if s.get("processes"):
             lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
                                                  for p in s["processes"]))
@@ -417,7 +417,9 @@ def suppression_lines(report: dict) -> list[str]:
               for s in used or []]
     left = report["unsuppressed"]
     lines += [rule, f"not suppressed: {left['outstanding_bytes']} bytes in "
-              f"{left['outstanding_count']} blocks"]
+              f"{left['outstanding_count']} blocks"
+              + (f", of which lost (no pointer reaches them): {left['lost_bytes']} bytes in "
+                 f"{left['lost_count']} blocks" if "lost_bytes" in left else "")]
     return lines
 
 

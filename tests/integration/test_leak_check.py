@@ -31,6 +31,7 @@ def traced_run(tmp_path, target, *args) -> tuple[int, str, str]:
     lines = Lines(mh.stdout)
     lines.expect("attached")
     target.command("leak")
+    target.command("hold")  # (reachable: outstanding, not lost)
     mh.send_signal(signal.SIGINT)
     mh.wait(timeout=120)
     out = []
@@ -53,14 +54,19 @@ def test_suppressions_and_fail_on_leak(tmp_path, targets):
     assert "Traceback" not in err
     assert re.search(r"^Suppressions used:\n  count      bytes template\n"
                      r"      5        500 leak_known\n      4       1000 libleakcheck\.so\n-+\n"
-                     r"not suppressed: 300 bytes in 3 blocks$", out, re.M), out
+                     r"not suppressed: 748 bytes in 10 blocks, of which lost \(no pointer "
+                     r"reaches them\): 300 bytes in 3 blocks$", out, re.M), out
     assert "[suppressed: leak:leak_known]" in out
     for threshold, want in (("300", 0), ("299", 23), ("1KiB", 0)):
         rep = run_memhook("report", cap, "--suppressions", supp, f"--fail-on-leak={threshold}")
         assert rep.returncode == want, (threshold, rep.returncode, rep.stderr)
-    # Without suppressions, every leak counts: 1800 bytes.
+    # Without suppressions, every leak counts: 1800 bytes lost (the 448 held are no leak)...
     assert run_memhook("report", cap, "--fail-on-leak=1799").returncode == 23
     assert run_memhook("report", cap, "--fail-on-leak=1800").returncode == 0
+    # ... unless every outstanding byte counts, as before the leak check.
+    assert run_memhook("report", cap, "--fail-on-leak=any-outstanding").returncode == 23
+    assert run_memhook("report", cap, "--suppressions", supp,
+                       "--fail-on-leak=any-outstanding").returncode == 23
     bad = tmp_path / "bad.supp"
     bad.write_text("leak:fine\nthis is not one\n")
     rep = run_memhook("report", cap, "--suppressions", bad)
@@ -71,8 +77,9 @@ def test_suppressions_and_fail_on_leak(tmp_path, targets):
 
 
 def test_printed_suppressions_fed_back_suppress_everything(tmp_path, targets):
-    """--print-suppressions writes one suppression per leaking stack; fed back, nothing is left
-    and --fail-on-leak passes; JSON says which matched what."""
+    """--print-suppressions writes one suppression per leaking stack (lost blocks: the held ones
+    are no leak); fed back, nothing lost is left and --fail-on-leak passes; JSON says which
+    matched what."""
     target = targets(leak_check_target(tmp_path))
     cap = tmp_path / "leaks.mh"
     code, _, err = traced_run(tmp_path, target, "-o", cap)
@@ -87,7 +94,8 @@ def test_printed_suppressions_fed_back_suppress_everything(tmp_path, targets):
     assert rep.returncode == 0, rep.stderr
     import json
     report = json.loads(rep.stdout)
-    assert report["unsuppressed"] == {"outstanding_bytes": 0, "outstanding_count": 0}
+    assert report["unsuppressed"] == {"outstanding_bytes": 448, "outstanding_count": 7,
+                                      "lost_bytes": 0, "lost_count": 0}
     assert sorted((s["pattern"], s["blocks"], s["bytes"]) for s in report["suppressions"]) == [
         ("leak_known", 5, 500), ("leak_new", 3, 300), ("lib_leak", 4, 1000)]
     assert target.finish() == 0

@@ -1,6 +1,7 @@
 /* `memhook run` target (issue 34). Before main: launched_lib's constructor keeps 1111 bytes and
  * a static initializer here keeps 2222. Then argv[1]:
  *   exit N   leak 3 x 1000 bytes in leak_in_main, exit(N)
+ *   lose     the same, every address dropped (definitely lost), return 0
  *   segv     leak 3 x 1000 bytes, then die of SIGSEGV
  *   stdin    each line read: kept (strlen + 1 bytes, in keep_line), written back upper-cased
  *   sigint   print "ready", wait for SIGINT, wait 0.5 s more for a second one, keep 4321
@@ -82,12 +83,26 @@ static int wait_for_signal(int sig, int base) {
   return base + signals_seen;
 }
 
+/* Zeros over the stack below this frame, where leak_in_main's frames were: a conservative
+ * scan (memhook's, valgrind's, LeakSanitizer's) takes a stale copy of a block's address in a
+ * frame that later calls leave uninitialized for a pointer. */
+NOINLINE static void scrub_stack(void) {
+  volatile char area[32768];
+  memset((char*)area, 0, sizeof area);
+}
+
 int main(int argc, char** argv) {
   if (!lib_ctor_block || !static_init.block || argc < 2) return 99;
   const char* mode = argv[1];
   if (!strcmp(mode, "exit") && argc > 2) {
     leak_in_main();
     exit(atoi(argv[2]));
+  }
+  if (!strcmp(mode, "lose")) {  /* main's 3 x 1000, their addresses dropped: lost at exit */
+    leak_in_main();
+    memset(kept, 0, sizeof kept);
+    scrub_stack();  /* (exit()'s frames would otherwise find the last address in stale slots) */
+    return 0;
   }
   if (!strcmp(mode, "segv")) {
     leak_in_main();

@@ -2,8 +2,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void* kept[4];
-
 __attribute__((noinline)) void lib_leak(void) {
-  for (int i = 0; i < 4; i++) kept[i] = memset(malloc(250), 3, 250);
+  for (int i = 0; i < 4; i++) memset(malloc(250), 3, 250);
 }
