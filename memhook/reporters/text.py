@@ -328,9 +328,10 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
                             (None, "", "interrupted", "duration reached", "terminated") else ""))
         lines.append("Merged view (stacks matched by build-id and offset across processes):")
     if report.get("leak_suspects"):
-        lines.append("Leak suspects (" + ("blocks no pointer reaches first, then "
-                                          if report.get("leak_check", {}).get("totals") else "")
-                     + "growth at the end of the capture first):")
+        lines.append("Leak suspects (" + ("blocks no pointer reaches first, then by growth at "
+                                          "the end of the capture):"
+                                          if report.get("leak_check", {}).get("totals") else
+                                          "growth at the end of the capture first):"))
         for n, r in enumerate(report["leak_suspects"][:top], 1):
             where = leak_site(r)
             lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
