@@ -24,6 +24,15 @@ SITE_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstand
 SAMPLE_TYPES = (("alloc_objects", "count", "alloc_count"), ("alloc_space", "bytes", "alloc_bytes"),
                 ("inuse_objects", "count", "outstanding_count"),
                 ("inuse_space", "bytes", "outstanding_bytes"))
+
+
+def lost_sample_type(report: dict) -> tuple:
+    """With the leak check (reachability/), one sample type more: the bytes no pointer reaches,
+    the leaks themselves."""
+    return ((("definitely_lost_space", "bytes", "definitely_lost_bytes"),)
+            if (report.get("leak_check") or {}).get("totals") else ())
+
+
 TOTAL_KEYS = ("alloc_count", "alloc_bytes", "free_count", "free_bytes", "outstanding_count",
               "outstanding_bytes", "unknown_free_count", "dropped_events", "dropped_frees",
               "unordered_events", "sample_rate", "sampled_allocations", "reconciled_frees",

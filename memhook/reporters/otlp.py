@@ -19,7 +19,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .. import __version__
 from ..format import LEAK_FRAME_LABEL, leak_frame
-from .model import SAMPLE_TYPES
+from .model import SAMPLE_TYPES, lost_sample_type
 BUILD_ID = "process.executable.build_id.gnu"  # semantic conventions' key
 
 
@@ -139,7 +139,8 @@ def request_many(parts: list, labels: dict) -> ExportProfilesServiceRequest:
         sample_rate = int(report["totals"].get("sample_rate") or 0)
         stacks = [(d.stack(s["frames"], modules), s) for s in report["sites"]]
         profiles = []
-        for name, unit, key in reversed(SAMPLE_TYPES):  # in-use space first
+        for name, unit, key in tuple(reversed(SAMPLE_TYPES)) + lost_sample_type(report):
+            # (in-use space first)
             p = pb.Profile(time_unix_nano=start_ns, duration_nano=max(end_ns - start_ns, 0))
             p.sample_type.type_strindex = d.string(name)
             p.sample_type.unit_strindex = d.string(unit)
@@ -148,7 +149,7 @@ def request_many(parts: list, labels: dict) -> ExportProfilesServiceRequest:
                 p.period_type.unit_strindex = d.string("bytes")
                 p.period = sample_rate
             for index, site in stacks:
-                if site[key] > 0:  # (the frame to fix, as an attribute a viewer groups by)
+                if site.get(key, 0) > 0:  # (the frame to fix, an attribute to group by)
                     p.samples.add(stack_index=index, values=[int(site[key])],
                                   attribute_indices=[d.attribute(LEAK_FRAME_LABEL,
                                                                  leak_frame(site))])

@@ -12,11 +12,15 @@ import gzip
 from ..capture import Capture
 from ..format import LEAK_FRAME_LABEL, leak_frame
 from ..symbolize import Symbolizer
-from .model import SAMPLE_TYPES
+from .model import SAMPLE_TYPES, lost_sample_type
 
 # pprof's sample types: the model's, and each stack's outstanding bytes at the session's peak
 # (0 in captures from before the peak).
 PPROF_TYPES = SAMPLE_TYPES + (("peak_space", "bytes", "peak_bytes"),)
+
+
+def sample_types(report: dict) -> tuple:
+    return PPROF_TYPES + lost_sample_type(report)
 
 MASK64 = (1 << 64) - 1
 
@@ -63,7 +67,8 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
     """The report's sites (already filtered) as a gzip-compressed profile.proto."""
     strings = _Strings()
     out = bytearray()
-    for name, unit, _ in PPROF_TYPES:
+    types = sample_types(report)
+    for name, unit, _ in types:
         out += _message(1, _field(1, strings(name)) + _field(2, strings(unit)))
 
     mappings: dict = {}  # module path -> mapping id
@@ -113,7 +118,7 @@ def profile(cap: Capture, report: dict, symbolizer: Symbolizer) -> bytes:
                 addresses.append(int(f["address"], 16))
             inside = bool(f.get("inlined"))
         ids = [location_id(a) for a in addresses]
-        values = [site.get(key, 0) for _, _, key in PPROF_TYPES]
+        values = [site.get(key, 0) for _, _, key in types]
         label = _message(3, _field(1, strings(LEAK_FRAME_LABEL)) +
                          _field(2, strings(leak_frame(site))))  # (the frame to fix)
         samples += _message(2, _packed(1, ids) + _packed(2, values) + label)

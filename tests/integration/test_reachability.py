@@ -213,3 +213,40 @@ def test_a_process_killed_has_no_check_and_says_why(tmp_path):
     report = mh.wait()
     assert "exit()" in report["leak_check"]["skipped"]
     assert "definitely_lost_bytes" not in report["sites"][0]
+
+
+def test_pprof_and_otlp_carry_the_lost_bytes(tmp_path):
+    """go tool pprof reads a sample type of bytes definitely lost (in-use space stays the
+    default); the OTLP request has a profile of it, each lost stack's bytes."""
+    import os
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+        ExportProfilesServiceRequest)
+    target = Target(build(tmp_path, "reachability.c"))
+    try:
+        mh, _ = traced(target, tmp_path, "all")
+    finally:
+        target.kill()
+    prof = tmp_path / "heap.pb.gz"
+    report_text(mh.capture, "--format", "pprof", "-o", prof)
+    cache = subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    env = dict(os.environ, HOME=str(tmp_path), PPROF_TMPDIR=str(tmp_path), GOCACHE=cache)
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-sample_index=definitely_lost_space",
+                          str(prof)], capture_output=True, text=True, env=env, timeout=300)
+    assert top.returncode == 0, top.stderr
+    assert re.search(r"^\s*1006B .* xored$", top.stdout, re.M), top.stdout
+    assert re.search(r"Type: inuse_space", subprocess.run(
+        ["go", "tool", "pprof", "-top", str(prof)], capture_output=True, text=True, env=env,
+        timeout=300).stdout)
+    req = ExportProfilesServiceRequest()
+    req.ParseFromString(report_otlp(mh.capture, tmp_path).read_bytes())
+    d = req.dictionary
+    (lost,) = [p for p in req.resource_profiles[0].scope_profiles[0].profiles
+               if d.string_table[p.sample_type.type_strindex] == "definitely_lost_space"]
+    assert sorted(s.values[0] for s in lost.samples) == [1001, 1003, 1006, 1010]
+
+
+def report_otlp(capture, tmp_path):
+    out = tmp_path / "profiles.otlp"
+    report_text(capture, "--format", "otlp", "-o", out)
+    return out
