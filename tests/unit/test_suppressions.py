@@ -43,7 +43,19 @@ def test_first_match_counts_and_the_rest_is_left():
     assert report["suppressions"] == [{"pattern": "^a", "source": "s:1", "blocks": 3,
                                        "bytes": 30}]
     assert report["unsuppressed"] == {"outstanding_bytes": 30, "outstanding_count": 3}
-    assert suppressions.leaked(report, 29) and not suppressions.leaked(report, 30)
+    outstanding = suppressions.FailOnLeak("outstanding", 29)
+    assert suppressions.leaked(report, outstanding)
+    assert not suppressions.leaked(report, outstanding._replace(threshold=30))
+    # With the leak check, lost bytes count: the unsuppressed site has 12 lost of its 30.
+    report["leak_check"] = {"totals": {"definitely_lost_bytes": 12}}
+    report["sites"][2].update(definitely_lost_bytes=8, definitely_lost_count=1,
+                              indirectly_lost_bytes=4, indirectly_lost_count=1)
+    suppressions.apply(report, sups)
+    assert report["unsuppressed"] == {"outstanding_bytes": 30, "outstanding_count": 3,
+                                      "lost_bytes": 12, "lost_count": 2}
+    lost = suppressions.FailOnLeak("lost", 11)
+    assert suppressions.leaked(report, lost)
+    assert not suppressions.leaked(report, lost._replace(threshold=12))
     assert suppressions._without_parameters("ns::f<int(char)>(int, char*)") == "ns::f<int(char)>"
     assert suppressions._without_parameters("operator()(int)") == "operator()"
 
