@@ -12,7 +12,7 @@ from ..format import duration_text, frame_name, frame_text, human_bytes, leak_si
 from ..short_names import short
 from .plot_style import KIND_COLOURS as RESIDENT_COLOURS
 from .text import (abandoned_lines, census_lines, census_ok, dropped_frees_lines,
-                   mapping_lines, process_memory_text)
+                   leak_check_lines, mapping_lines, process_memory_text)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -320,6 +320,9 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
         parts.append(f"<tr><th>{label}</th><td>{value}</td></tr>")
     for line in abandoned_lines(report) + dropped_frees_lines(t):
         parts.append(f"<tr><th></th><td>{html.escape(line.strip())}</td></tr>")
+    for n, line in enumerate(leak_check_lines(report.get("leak_check"))):
+        parts.append(f"<tr><th>{'leak check' if not n else ''}</th><td>"
+                     f"{html.escape(line.strip().removeprefix('leak check'))}</td></tr>")
     pm = report.get("process_memory")
     if pm:
         text = process_memory_text(pm, explained=bool(report.get("resident_memory")
@@ -341,17 +344,24 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                          f"<td>{_stack_html(first) if first else ''}</td></tr>")
         parts.append("</table>")
     parts += _resident_html(report)
-    parts.append("<h2>Leak suspects</h2><p class='why'>Ranked by how fast their live blocks "
+    checked = bool((report.get("leak_check") or {}).get("totals"))
+    parts.append("<h2>Leak suspects</h2><p class='why'>"
+                 + ("Stacks with blocks no pointer reaches (the leak check) first, then r"
+                    if checked else "R")
+                 + "anked by how fast their live blocks "
                  "accumulate at the end of the capture (the level their outstanding bytes return "
                  "to, robust slope over the last third); caches that filled and memory held "
                  "follow by size. Memory freed as it is used (per request, per query) is not "
                  "listed.</p><table class='sortable' id='suspects'>"
-                 "<tr><th>#</th><th class='num'>outstanding</th><th class='num'>growth at the "
-                 "end</th><th>why</th><th>stack</th></tr>")
+                 "<tr><th>#</th><th class='num'>outstanding</th>"
+                 + ("<th class='num'>lost</th>" if checked else "")
+                 + "<th class='num'>growth at the end</th><th>why</th><th>stack</th></tr>")
     for n, r in enumerate(report.get("leak_suspects", []), 1):
         parts.append(f"<tr><td>{n}" + (f"<br>PID {r['pid']}" if "pid" in r else "") + "</td>"
                      f"<td class='num' data-v='{r['outstanding_bytes']}'>"
                      f"{human_bytes(r['outstanding_bytes'])}</td>"
+                     + (f"<td class='num' data-v='{r.get('lost_bytes', 0)}'>"
+                        f"{human_bytes(r.get('lost_bytes', 0))}</td>" if checked else "") +
                      f"<td class='num' data-v='{r['late_growth_bytes_per_min']}'>"
                      f"{human_bytes(r['late_growth_bytes_per_min'])}/min</td>"
                      f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"

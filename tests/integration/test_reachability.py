@@ -215,9 +215,10 @@ def test_a_process_killed_has_no_check_and_says_why(tmp_path):
     assert "definitely_lost_bytes" not in report["sites"][0]
 
 
-def test_pprof_and_otlp_carry_the_lost_bytes(tmp_path):
+def test_pprof_otlp_and_html_carry_the_lost_bytes(tmp_path):
     """go tool pprof reads a sample type of bytes definitely lost (in-use space stays the
-    default); the OTLP request has a profile of it, each lost stack's bytes."""
+    default); the OTLP request has a profile of it, each lost stack's bytes; the HTML page, as
+    Chromium draws it, has the check's line and the suspects' lost bytes, lost ones first."""
     import os
     from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
         ExportProfilesServiceRequest)
@@ -244,6 +245,16 @@ def test_pprof_and_otlp_carry_the_lost_bytes(tmp_path):
     (lost,) = [p for p in req.resource_profiles[0].scope_profiles[0].profiles
                if d.string_table[p.sample_type.type_strindex] == "definitely_lost_space"]
     assert sorted(s.values[0] for s in lost.samples) == [1001, 1003, 1006, 1010]
+    from test_views import open_in_chromium
+    page = tmp_path / "report.html"
+    report_text(mh.capture, "--format", "html", "-o", page)
+    dom = open_in_chromium(tmp_path, page)
+    assert re.search(r"<th>leak check</th><td> at detach \(every thread stopped [\d.]+ ms, "
+                     r"[^)]*\): definitely lost 4020 bytes in 4 blocks", dom), dom[:3000]
+    suspects = dom[dom.index("id=\"suspects\""):]
+    assert re.search(r"<th class=\"num\"[^>]*>lost</th>", suspects)  # (a sortable column)
+    first = suspects[suspects.index("<td>1</td>"):suspects.index("<td>2</td>")]
+    assert "definitely lost (no pointer reaches them)" in first
 
 
 def report_otlp(capture, tmp_path):
