@@ -103,8 +103,45 @@ def merge(caps: list[Capture]) -> Capture:
                                              default=0.0),
             "sample_rate": metas[0].get("sample_rate", 0) if metas else 0,
             "totals": totals, "processes": [m.get("pid") for m in metas]}
+    checks = merged_leak_check(metas, rows)
+    if checks:
+        meta["leak_check"] = checks
     return Capture(meta, list(modules.values()), sites, np.array(offsets, np.uint64),
                    np.concatenate(frames) if frames else np.zeros(0, np.uint64),
                    complete=all(c.complete for c in caps), processes=caps, behaviour=behaviour,
                    by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
                                "stack_map": rows, **per})
+
+
+def merged_leak_check(metas: list, rows: list) -> dict | None:
+    """The processes' leak checks as one: each stack's categories summed under its merged id
+    (the census's blocks, stack BEFORE_ATTACH, stay apart), the pause the longest, a check
+    some process did not have said in the note."""
+    from .._native import BEFORE_ATTACH
+    checks = [(m.get("leak_check") or {}, ids, m.get("pid")) for m, ids in zip(metas, rows)]
+    taken = [(c, ids) for c, ids, _ in checks if c.get("stacks") is not None]
+    if not taken:
+        return None
+    summed: dict = {}
+    for c, ids in taken:
+        for row in c["stacks"]:
+            stack = int(row[0])
+            key = stack if stack == BEFORE_ATTACH else int(ids[stack]) if stack < len(ids) else 0
+            into = summed.setdefault(key, [0] * (len(row) - 1))
+            for i, v in enumerate(row[1:]):
+                into[i] += int(v)
+    out = {"stacks": [[k, *v] for k, v in sorted(summed.items())],
+           "pause_ms": max(c.get("pause_ms", 0) for c, _ in taken),
+           "threads": sum(c.get("threads", 0) for c, _ in taken),
+           "bytes_read": sum(c.get("bytes_read", 0) for c, _ in taken),
+           "heaps_known": all(c.get("heaps_known") for c, _ in taken)}
+    whens = {c.get("when") for c, _ in taken if c.get("when")}
+    if len(whens) == 1:
+        out["when"] = whens.pop()
+    missing = [f"PID {pid}: {c.get('skipped', 'no check')}" for c, _, pid in checks
+               if c.get("stacks") is None]
+    notes = [c["note"] for c, _ in taken if c.get("note")][:1] + (
+        [f"not checked: {'; '.join(missing)}"] if missing else [])
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out

@@ -29,7 +29,7 @@ LATE_LEAK = 7 * 99  # lifecycle.c's "go"
 def resources(text: str) -> dict:
     """Per process.pid, from the Collector's dump of every request, the last profile received:
     the values of each of its profiles in order (inuse_space, inuse_objects, alloc_space,
-    alloc_objects). (A process that ended is in the push after its end; the final push holds
+    alloc_objects, and with the leak check definitely_lost_space). (A process that ended is in the push after its end; the final push holds
     those still traced then.)"""
     out = {}
     for part in re.split(r"\nResourceProfiles #\d+\n", text)[1:]:
@@ -95,6 +95,8 @@ def test_three_workers_one_started_later(tmp_path, targets):
         assert site(alone, "late_leak")["outstanding_bytes"] == n * LATE_LEAK
     merged = site(rep, "late_leak")  # one stack in the merged view, not three
     assert merged["outstanding_bytes"] == 6 * LATE_LEAK == rep["totals"]["outstanding_bytes"]
+    # Each process's leak check, summed per merged stack: every late_leak block is lost.
+    assert merged["definitely_lost_bytes"] == 6 * LATE_LEAK
     assert {p["pid"]: p["outstanding_bytes"] for p in merged["processes"]} == \
         {t.pid: n * LATE_LEAK for n, t in enumerate(workers, 1)}
     assert len([s for s in rep["sites"] if s["frames"][0]["function"] == "late_leak"]) == 1
@@ -107,7 +109,9 @@ def test_three_workers_one_started_later(tmp_path, targets):
     assert dom.count('style="left:') >= 2, "the flame graph was not drawn"
     assert not RAW_ADDRESS.search(re.sub(r"<script.*?</script>", "", dom, flags=re.S))
 
-    expected = {t.pid: [n * LATE_LEAK, n * 7, n * LATE_LEAK, n * 7]
+    # The final push carries the leak check at detach: a fifth profile, the bytes definitely
+    # lost (lifecycle.c's late_leak drops its blocks' addresses).
+    expected = {t.pid: [n * LATE_LEAK, n * 7, n * LATE_LEAK, n * 7, n * LATE_LEAK]
                 for n, t in enumerate(workers, 1)}
     got = resources(collector.text())
     assert got == expected, got
