@@ -71,9 +71,21 @@ struct Arena {
 // main_arena: a word-aligned place in libc's writable data whose `next` ring returns to it
 // within `max_arenas` hops, each a thread arena just after a heap_info at a 64 MiB boundary,
 // and whose top is either its own unsorted bin (never used) or a chunk ending the [heap].
+// The [heap] was read from /proc before this runs, while the target runs: a heap that grew
+// meanwhile ends its top past heap_hi (a census in 42 of pgbench's postgres processes failed
+// so once). If no place fits, a second pass takes a top anywhere from heap_lo on.
+inline uint64_t find_main_arena(TargetMemory& mem, const MallocLayout& l,
+                                const std::vector<std::pair<uint64_t, uint64_t>>& libc_data,
+                                uint64_t heap_lo, uint64_t heap_hi, bool strict);
 inline uint64_t find_main_arena(TargetMemory& mem, const MallocLayout& l,
                                 const std::vector<std::pair<uint64_t, uint64_t>>& libc_data,
                                 uint64_t heap_lo, uint64_t heap_hi) {
+  const uint64_t a = find_main_arena(mem, l, libc_data, heap_lo, heap_hi, true);
+  return a ? a : find_main_arena(mem, l, libc_data, heap_lo, heap_hi, false);
+}
+inline uint64_t find_main_arena(TargetMemory& mem, const MallocLayout& l,
+                                const std::vector<std::pair<uint64_t, uint64_t>>& libc_data,
+                                uint64_t heap_lo, uint64_t heap_hi, bool strict) {
   for (auto [lo, hi] : libc_data) {
     if (hi <= lo || hi - lo > (64u << 20)) continue;
     std::vector<uint64_t> words((hi - lo) / 8);
@@ -84,11 +96,11 @@ inline uint64_t find_main_arena(TargetMemory& mem, const MallocLayout& l,
       const uint64_t off = next & (kHeapMax - 1);
       if (next != a && !(off == 32 || off == 48)) continue;  // sizeof(heap_info): 32, 48 (2.35)
       if (top != l.initial_top(a)) {
-        if (!(heap_lo <= top && top < heap_hi)) continue;
+        if (!(heap_lo <= top && (top < heap_hi || !strict))) continue;
         uint64_t sz = 0;
         if (!mem.word(top + 8, &sz)) continue;
         const uint64_t end = top + chunk_size(sz);  // the brk, which the [heap] rounds up
-        if (end > heap_hi || end + kPage <= heap_hi) continue;
+        if (strict && (end > heap_hi || end + kPage <= heap_hi)) continue;
       }
       uint64_t at = next;
       for (int hops = 0; at != a && at && hops < 4096; hops++) {
@@ -120,13 +132,17 @@ inline Arena read_arena(TargetMemory& mem, const MallocLayout& l, uint64_t a, bo
   }
   ar.top_size = chunk_size(sz);
   if (main) {
-    if (!(heap_lo <= ar.top && ar.top < heap_hi)) {
+    // A top past the [heap] read from /proc, but right after it: the heap grew since (the brk
+    // is the top chunk's end).
+    const uint64_t brk = (ar.top + ar.top_size + kPage - 1) & ~(kPage - 1);
+    const bool grew = heap_hi && ar.top >= heap_hi && brk <= heap_hi + kHeapMax;
+    if (!(heap_lo <= ar.top && (ar.top < heap_hi || grew))) {
       ar.problems.push_back("main arena's top is not in the [heap]: not contiguous, not walked");
       return ar;
     }
     Heap h;
     h.lo = heap_lo;
-    h.hi = heap_hi;
+    h.hi = grew ? brk : heap_hi;
     h.first = (heap_lo + kAlign - 1) & ~(kAlign - 1);
     h.end = ar.top;
     h.has_top = true;

@@ -279,3 +279,39 @@ def test_census_of_a_child_whose_heap_grew_after_fork(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+BUSY_PYTHON = """
+import numpy, ssl, sqlite3, sys
+db = sqlite3.connect(":memory:")
+keep = []
+print("ready", flush=True)
+while True:
+    keep.append({i: str(i) * 3 for i in range(200)})
+    numpy.arange(1000).tolist()
+    db.execute("select 1").fetchall()
+    if len(keep) > 2000:
+        del keep[:1000]
+"""
+
+
+def test_census_finds_the_arenas_of_a_busy_python_every_time(tmp_path):
+    """A python3 with numpy, ssl and sqlite3 loaded, allocating as fast as it can: the census
+    (as at every attach) finds main_arena and walks every arena 100 times in 100, however its
+    heap moves meanwhile (its top past the [heap] read a moment before: the heap grew)."""
+    import sys
+    py = subprocess.Popen([sys.executable, "-c", BUSY_PYTHON], stdout=subprocess.PIPE,
+                          text=True)
+    try:
+        assert py.stdout.readline().strip() == "ready"
+        version = platform.libc_ver()[1]
+        problems = []
+        for _ in range(100):
+            census, _ = heap_census.take(py.pid, "glibc", version)
+            problems += [census["problem"]] if census.get("problem") else [
+                p for a in census["arenas"] for p in a["problems"]]
+            assert census.get("problem") or census["live"]["blocks"] > 0
+        assert not problems, problems
+    finally:
+        py.kill()
+        py.wait()
