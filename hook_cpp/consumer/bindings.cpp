@@ -169,6 +169,7 @@ py::dict check_leaks(Consumer& c, int pid,
   d["root_bytes"] = py::dict(py::arg("stacks") = r.roots.stack_bytes,
                              py::arg("data") = r.roots.data_bytes,
                              py::arg("heap_gaps") = r.roots.heap_gap_bytes,
+                             py::arg("dynamic_tls") = r.roots.tls_bytes,
                              py::arg("memhook") = r.roots.excluded_bytes);
   if (!r.skipped.empty()) {
     d["skipped"] = r.skipped;

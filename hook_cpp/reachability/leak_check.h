@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "dynamic_tls.h"
 #include "leak_marking.h"
 #include "roots.h"
 #include "target_memory.h"
@@ -177,6 +178,13 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
         const uint64_t t2 = now_ns();
         out.drain_ns = t2 - t1;
         out.roots = root_ranges(pid, marking.blocks(), stopped.threads(), exclude, heaps_known);
+        if (heaps_known) {  // (otherwise the heap's gaps, these blocks among them, are roots)
+          census::TargetMemory tm(mem);
+          for (const Range& r : dynamic_tls_blocks(tm, stopped.threads())) {
+            out.roots.ranges.push_back(r);
+            out.roots.add(r);
+          }
+        }
         BlockReader reader(pid, mem, pagemap);
         auto more = [&] { return now_ns() < deadline; };
         for (const StoppedThread& t : stopped.threads())

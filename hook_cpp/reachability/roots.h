@@ -20,13 +20,21 @@
 
 namespace memhook::reachability {
 
+enum RootKind : uint8_t { kData = 0, kStack, kHeapGap, kDynamicTls };
+
 struct Range {
   uint64_t lo, hi;
+  uint8_t kind = kData;
 };
 
 struct RootRanges {
   std::vector<Range> ranges;
-  uint64_t stack_bytes = 0, data_bytes = 0, heap_gap_bytes = 0, excluded_bytes = 0;
+  uint64_t stack_bytes = 0, data_bytes = 0, heap_gap_bytes = 0, tls_bytes = 0, excluded_bytes = 0;
+  void add(const Range& r) {
+    const uint64_t n = r.hi - r.lo;
+    (r.kind == kStack ? stack_bytes : r.kind == kHeapGap ? heap_gap_bytes
+     : r.kind == kDynamicTls ? tls_bytes : data_bytes) += n;
+  }
 };
 
 constexpr uint64_t kGlibcHeapBytes = uint64_t(64) << 20;  // HEAP_MAX_SIZE on 64-bit
@@ -65,8 +73,7 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
       if (t.sp() >= lo && t.sp() < hi) sp = std::min(sp, t.sp());
     if (sp != UINT64_MAX) {
       const uint64_t from = std::max<uint64_t>(lo, (sp - arch::kStackRedZone) & ~uint64_t(7));
-      out.ranges.push_back({from, hi});
-      out.stack_bytes += hi - from;
+      out.ranges.push_back({from, hi, kStack});
       continue;
     }
     // A heap: the first block at or after lo.
@@ -79,14 +86,13 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
       if (heaps_known && (name == "[heap]" || lo % kGlibcHeapBytes == 0)) continue;
       uint64_t at = lo;
       for (; it != blocks.end() && it->addr < hi; ++it) {
-        if (it->addr > at) out.ranges.push_back({at, it->addr}), out.heap_gap_bytes += it->addr - at;
+        if (it->addr > at) out.ranges.push_back({at, it->addr, kHeapGap});
         at = std::max(at, (it->addr + it->size + 7) & ~uint64_t(7));
       }
-      if (at < hi) out.ranges.push_back({at, hi}), out.heap_gap_bytes += hi - at;
+      if (at < hi) out.ranges.push_back({at, hi, kHeapGap});
       continue;
     }
     out.ranges.push_back(m);
-    out.data_bytes += hi - lo;
   }
   fclose(f);
   // The ranges that are no root, cut out of the rest (main_arena lies in libc's data, beside
@@ -102,14 +108,15 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
           continue;
         }
         out.excluded_bytes += std::min(p.hi, e.hi) - std::max(p.lo, e.lo);
-        if (p.lo < e.lo) next.push_back({p.lo, e.lo});
-        if (e.hi < p.hi) next.push_back({e.hi, p.hi});
+        if (p.lo < e.lo) next.push_back({p.lo, e.lo, p.kind});
+        if (e.hi < p.hi) next.push_back({e.hi, p.hi, p.kind});
       }
       pieces.swap(next);
     }
     kept.insert(kept.end(), pieces.begin(), pieces.end());
   }
   out.ranges.swap(kept);
+  for (const Range& r : out.ranges) out.add(r);
   return out;
 }
 

@@ -261,3 +261,24 @@ def report_otlp(capture, tmp_path):
     out = tmp_path / "profiles.otlp"
     report_text(capture, "--format", "otlp", "-o", out)
     return out
+
+
+def test_a_block_held_in_dynamic_tls_is_reachable(tmp_path):
+    """A dlopen'ed library's __thread variable lives in a block the loader mallocs on first
+    touch, through no slot memhook patches: found through the thread's DTV, it is a root, and
+    the block only it holds is reachable, as valgrind says (not lost, as it read before)."""
+    lib = tmp_path / "libdynamic_tls.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", str(TARGETS / "dynamic_tls_lib.c"),
+                    "-o", str(lib)], check=True)
+    exe = build(tmp_path, "dynamic_tls.c")
+    vg = subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all", str(exe),
+                         str(lib)], input="hold\nexit\n", text=True, capture_output=True,
+                        timeout=300)
+    assert re.search(r"1,014 bytes in 1 blocks are still reachable", vg.stderr), vg.stderr
+    target = Target(exe, lib)
+    try:
+        _, report = traced(target, tmp_path, "hold")
+    finally:
+        target.kill()
+    (s,) = [s for s in report["sites"] if s["outstanding_bytes"] == 1014]
+    assert (s["reachable_bytes"], s["definitely_lost_bytes"]) == (1014, 0)

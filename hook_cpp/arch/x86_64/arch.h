@@ -67,6 +67,10 @@ constexpr uint64_t kUcFramePointer = 40 + 8 * 10, kUcStackPointer = 40 + 8 * 15,
 // the leak check takes each as a possible pointer, and the stack pointer says where the live part
 // of its stack begins. Below it the ABI's red zone may still hold a leaf function's data.
 constexpr int kRegsStackPointer = 19;  // rsp
+// The thread pointer (fs_base), where glibc's thread control block begins; its dtv field, the
+// pointer to the thread's dynamic thread vector (tcbhead_t: tcb, dtv, self...).
+constexpr int kRegsThreadPointer = 21;  // fs_base
+constexpr uint64_t kTcbDtvOffset = 8;
 constexpr uint64_t kStackRedZone = 128;
 // The bits of a word that can be an address (no pointer tags on x86-64).
 constexpr uint64_t kPointerBits = ~uint64_t(0);
