@@ -135,6 +135,10 @@ def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
     out = [f"memhook: snapshot {snap['number']} of PID {s.pid}, {snap['time_s']:.3f} s after "
            f"attach ({snap['reason']}): {human_bytes(int(sites['outstanding_bytes'].sum()))} "
            f"outstanding in {int(sites['outstanding_count'].sum())} blocks"]
+    if snap.get("leak_check"):
+        from .reachability import categories
+        from .reporters.text import leak_check_lines
+        out += leak_check_lines(categories.summary({"leak_check": snap["leak_check"]}))
     offsets, frames = s.consumer.stacks(0)
     for i in order:
         if not sites["outstanding_bytes"][i]:

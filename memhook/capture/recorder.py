@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import procfs, resident
+from .. import procfs, reachability, resident
 from . import snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
                      TICK_CHUNKS, TOP_STACKS, Capture)
@@ -148,6 +148,11 @@ class Recorder:
                 "time_s": round(time.monotonic() - self._t0, 3), "reason": reason,
                 "totals": totals_now(self.session),
                 "rss_bytes": procfs.memory(self.session.pid).get("rss_bytes", 0)}
+        if self.session.options.reachability and self.session.target_alive():
+            # The leak check on demand: which of the blocks held now no pointer reaches.
+            info["leak_check"] = reachability.check(self.session,
+                                                    self.session.options.max_pause_ms)
+            info["leak_check"]["when"] = "snapshot"
         arrays = snapshots.block(info, sites)
         if self.writer:
             self.writer.arrays(b"SNAP", **arrays)

@@ -13,7 +13,7 @@ import numpy as np
 from .format import SITE_COLUMNS, UNCERTAIN_COLUMNS, Capture
 
 # What a SNAP block's JSON says besides the aggregates.
-FIELDS = ("number", "time_s", "reason", "totals", "rss_bytes")
+FIELDS = ("number", "time_s", "reason", "totals", "rss_bytes", "leak_check")
 
 
 def block(info: dict, sites: dict, ids: np.ndarray | None = None) -> dict:
@@ -83,7 +83,8 @@ def at(cap: Capture, number: int) -> Capture:
         sites[k][snap["sites"]["id"]] = snap["sites"][k]
     totals = {**cap.meta.get("totals", {}), **(snap.get("totals") or {})}
     meta = {**cap.meta, "totals": totals, "duration_s": snap["time_s"],
-            "end_reason": f"snapshot {number} ({snap['reason']})"}
+            "end_reason": f"snapshot {number} ({snap['reason']})",
+            "leak_check": snap.get("leak_check") or {}}  # (the one taken then, if any)
     t = snap["time_s"]
     series = {}
     for k, v in cap.series.items():  # (each column is timed by its own time column)

@@ -27,6 +27,7 @@ def test_two_snapshots_on_demand_and_their_diff(tmp_path):
     target.command("grow 100")
     mh.proc.send_signal(signal.SIGUSR1)
     line = snapshot_taken(mh, 1)
+    check_line = mh.lines.expect("leak check at snapshot (every thread stopped ")
     assert re.search(r"\(asked \(SIGUSR1\)\): 97\.7 KiB outstanding in 100 blocks$",
                      line.strip()), line
     target.command("grow 37")
@@ -46,6 +47,10 @@ def test_two_snapshots_on_demand_and_their_diff(tmp_path):
             for r in diff["sites"]] == [(37000, 37, "grow")]
     first = report_json(mh.capture, "--snapshot", "1")
     assert site(first, "grow")["outstanding_bytes"] == 100000
+    # Each snapshot takes the leak check too: grow drops its blocks' addresses.
+    assert first["leak_check"]["when"] == "snapshot"
+    assert site(first, "grow")["definitely_lost_bytes"] == 100000
+    assert "definitely lost 100000 bytes in 100 blocks" in check_line, check_line
     assert first["totals"]["alloc_count"] >= 100 and first["end_reason"].startswith("snapshot 1")
     text = run_memhook("report", mh.capture, "--snapshot", "1").stdout
     assert "[at snapshot 1 (asked (SIGUSR1))]" in text.splitlines()[0]
