@@ -98,3 +98,28 @@ def test_fork_exec_storm(tmp_path, targets):
     assert site(report, "late_leak")["outstanding_bytes"] == 7 * 99
     assert report["totals"]["alloc_count"] == 100 + 7  # no child's allocation among them
     assert target.finish() == 0
+
+
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
+def test_twenty_leak_checks_while_eight_threads_churn(tmp_path, targets):
+    """Twenty snapshots, each with its leak check (every thread stopped, the heap scanned),
+    while eight threads allocate, free and pass blocks on at full speed: the target's blocks
+    stay intact, and the quiet blocks (main_leak's 10 x 777, addresses dropped) are definitely
+    lost in every one of them."""
+    from conftest import report_json
+    exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
+    target = targets(exe, nice=19)
+    mh = Memhook(target.pid, tmp_path, "--max-pause", "5000")  # (a loaded CI machine)
+    target.command("leak")
+    for n in range(1, 21):
+        mh.proc.send_signal(signal.SIGUSR1)
+        mh.lines.expect(f"memhook: snapshot {n} of PID")
+        mh.lines.expect("leak check at snapshot (every thread stopped ")
+    mh.stop()
+    assert corrupt_count(target) == 0
+    assert target.finish() == 0
+    for n in range(1, 21):
+        rep = report_json(mh.capture, "--snapshot", str(n))
+        assert rep["leak_check"]["threads"] == 9, n
+        leak = site(rep, "main_leak")
+        assert (leak["definitely_lost_count"], leak["definitely_lost_bytes"]) == (10, 7770), n
