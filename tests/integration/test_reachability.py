@@ -22,12 +22,12 @@ KINDS = {"Leak_DefinitelyLost": "definitely_lost", "Leak_IndirectlyLost": "indir
          "Leak_PossiblyLost": "possibly_lost", "Leak_StillReachable": "reachable"}
 
 
-def case_of(functions) -> str | None:
-    named = [f for f in functions if f in CASES]
+def case_of(functions, cases=CASES) -> str | None:
+    named = [f for f in functions if f in cases]
     return named[0] if named else None
 
 
-def valgrind_categories(exe, tmp_path) -> dict:
+def valgrind_categories(exe, tmp_path, cases=CASES) -> dict:
     """(case, category) -> [bytes, blocks] as valgrind --leak-check=full says at exit."""
     xml = tmp_path / "valgrind.xml"
     subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--xml=yes",
@@ -36,7 +36,7 @@ def valgrind_categories(exe, tmp_path) -> dict:
     out = collections.defaultdict(lambda: [0, 0])
     for e in ET.parse(xml).getroot().findall("error"):
         kind = KINDS.get(e.findtext("kind"))
-        case = case_of([f.findtext("fn") for f in e.find("stack").findall("frame")])
+        case = case_of([f.findtext("fn") for f in e.find("stack").findall("frame")], cases)
         if not kind or not case:
             continue
         what = e.find("xwhat")
@@ -66,10 +66,10 @@ def lsan_leaks(exe, tmp_path) -> dict:
     return dict(out)
 
 
-def memhook_categories(report) -> dict:
+def memhook_categories(report, cases=CASES) -> dict:
     out = collections.defaultdict(lambda: [0, 0])
     for s in report["sites"]:
-        case = case_of([f.get("function") for f in s["frames"]])
+        case = case_of([f.get("function") for f in s["frames"]], cases)
         if not case:
             continue
         for kind in KINDS.values():
@@ -282,3 +282,20 @@ def test_a_block_held_in_dynamic_tls_is_reachable(tmp_path):
         target.kill()
     (s,) = [s for s in report["sites"] if s["outstanding_bytes"] == 1014]
     assert (s["reachable_bytes"], s["definitely_lost_bytes"]) == (1014, 0)
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
+def test_valgrinds_nine_pointer_chains(tmp_path):
+    """tests/targets/leak_matrix.c: valgrind's nine cases of start and interior pointers
+    between a root and two blocks (reachable, definitely, indirectly and possibly lost), the
+    same categories stack by stack as valgrind's own."""
+    cases = {f"case{n}" for n in range(1, 10)}
+    exe = build(tmp_path, "leak_matrix.c")
+    expected = valgrind_categories(exe, tmp_path, cases)
+    assert expected[("case9", "indirectly_lost")] == [88, 1]  # (what the matrix says)
+    target = Target(exe)
+    try:
+        _, report = traced(target, tmp_path, "all")
+    finally:
+        target.kill()
+    assert memhook_categories(report, cases) == expected
