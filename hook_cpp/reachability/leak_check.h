@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dynamic_tls.h"
+#include "interior_heuristics.h"
 #include "leak_marking.h"
 #include "roots.h"
 #include "target_memory.h"
@@ -80,6 +81,18 @@ class BlockReader {
 
   uint64_t bytes() const { return bytes_; }
   uint64_t unreadable() const { return unreadable_; }
+
+  // One aligned word: from a piece already read, else read alone (never a piece read here:
+  // it could evict the one whose words are being scanned).
+  bool word(uint64_t addr, uint64_t* out) {
+    if (addr % 8) return false;
+    auto it = pieces_.find(addr / kPiece);
+    if (it != pieces_.end()) {
+      *out = it->second.words[(addr % kPiece) / 8];
+      return true;
+    }
+    return mem_.read(addr, out, 8);
+  }
 
  private:
   // Piece i's words, read on first use (pages never touched and unreadable ones as zeros).
@@ -186,6 +199,10 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
           }
         }
         BlockReader reader(pid, mem, pagemap);
+        auto word = [&](uint64_t a, uint64_t* v) { return reader.word(a, v); };
+        InteriorHeuristics<decltype(word)> heuristics(word, out.roots.readable_files,
+                                                      out.roots.executable_files);
+        marking.heuristic = [&](const Block& b, uint64_t p) { return heuristics(b, p); };
         auto more = [&] { return now_ns() < deadline; };
         for (const StoppedThread& t : stopped.threads())
           marking.scan(t.regs.data(), t.regs.size(), true);

@@ -12,6 +12,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,8 @@ class Marking {
   }
 
   std::vector<Block>& blocks() { return blocks_; }
+  // An interior pointer that reaches its block all the same (interior_heuristics.h).
+  std::function<bool(const Block&, uint64_t)> heuristic;
   size_t pending() const { return stack_.size(); }
 
   // The block `p` points to or into, or -1.
@@ -100,7 +103,8 @@ class Marking {
         }
         continue;
       }
-      const uint8_t via = (definite && p == b.addr) ? kReachable : kPossible;
+      const uint8_t via = definite && (p == b.addr || (heuristic && heuristic(b, p)))
+                              ? kReachable : kPossible;
       if (b.state == kUnreached || (b.state == kPossible && via == kReachable)) {
         b.state = via;
         stack_.push_back(uint32_t(k));

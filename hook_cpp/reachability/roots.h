@@ -29,6 +29,9 @@ struct Range {
 
 struct RootRanges {
   std::vector<Range> ranges;
+  // File mappings, by address: readable ones, executable ones (where vtables and the functions
+  // they point to lie: interior_heuristics.h).
+  std::vector<Range> readable_files, executable_files;
   uint64_t stack_bytes = 0, data_bytes = 0, heap_gap_bytes = 0, tls_bytes = 0, excluded_bytes = 0;
   void add(const Range& r) {
     const uint64_t n = r.hi - r.lo;
@@ -58,6 +61,10 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
     if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &name_at) < 3) continue;
     std::string name = name_at ? std::string(line + name_at) : std::string();
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (!name.empty() && name[0] == '/' && perms[0] == 'r') {
+      out.readable_files.push_back({lo, hi});
+      if (perms[2] == 'x') out.executable_files.push_back({lo, hi});
+    }
     if (perms[0] != 'r' || perms[1] != 'w') continue;
     if (name == "[vvar]" || name == "[vvar_vclock]" || name == "[vsyscall]" || name == "[vdso]")
       continue;
