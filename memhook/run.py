@@ -461,9 +461,7 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
     """The report at the end of a run, in --format, and whether --fail-on-leak fails it."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
     rep = model.build(cap, symbolizer, model.Filters(runtime=a.runtime))
-    if suppressions.leak_check_asked(a):
-        suppressions.apply(rep, suppressions.load(a.suppressions, a.default_suppressions,
-                                                  suppressions.embedded_in(cap)))
+    suppressions.apply_to_report(rep, cap, a)
     failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
     return reporters.render(a.format, cap, rep, symbolizer, top=a.top,
                             full_names=a.full_names), failed

@@ -135,6 +135,10 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
         site["suppressed_by"] = hit.pattern
         hit.blocks += site["outstanding_count"]
         hit.bytes += site["outstanding_bytes"]
+    for r in report.get("leak_suspects", []):
+        hit = next((s for s in suppressions if s.matches(r["frames"])), None)
+        if hit is not None:
+            r["suppressed_by"] = hit.pattern
     if suppressions:
         report["suppressions"] = [{"pattern": s.pattern, "source": s.source, "blocks": s.blocks,
                                    "bytes": s.bytes} for s in suppressions if s.blocks]
@@ -194,11 +198,31 @@ def embedded_in(cap) -> str:
                                     for c in (cap.processes or [cap])))
 
 
-def leak_check_asked(a) -> bool:
-    """Whether a command's arguments ask for a leak check (--suppressions, --fail-on-leak,
-    --print-suppressions): then memhook's defaults apply, unless --no-default-suppressions."""
-    return bool(a.suppressions) or a.fail_on_leak is not None or \
+def in_force(a) -> bool:
+    """Suppressions apply wherever leaks or suspects are listed, as heaptrack_print and LSan
+    apply theirs (the program's own, memhook's defaults, --suppressions files), unless
+    --no-suppressions."""
+    return not getattr(a, "no_suppressions", False)
+
+
+def apply_to_report(report: dict, cap, a) -> None:
+    """The suppressions in force on a report built from `cap`: sites marked, the suspects
+    they match left out and counted apart."""
+    if not in_force(a):
+        return
+    apply(report, load(a.suppressions, a.default_suppressions, embedded_in(cap)))
+    asked = bool(a.suppressions) or a.fail_on_leak is not None or \
         bool(getattr(a, "print_suppressions", False))
+    if not asked and not report.get("suppressions"):
+        report.pop("unsuppressed", None)  # (nothing matched, nothing weighed: nothing to say)
+        report.pop("suppressions", None)
+    out = [r for r in report.get("leak_suspects", []) if r.get("suppressed_by")]
+    if out:
+        report["leak_suspects"] = [r for r in report["leak_suspects"]
+                                   if not r.get("suppressed_by")]
+        report["suppressed_suspects"] = {"count": len(out),
+                                         "outstanding_bytes": sum(r["outstanding_bytes"]
+                                                                  for r in out)}
 
 
 def leaked(report: dict, fail: FailOnLeak) -> bool:

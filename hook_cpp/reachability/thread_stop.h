@@ -81,8 +81,9 @@ class StoppedThreads {
           continue;
         }
         StoppedThread t{tid};
-        // A stop to take a signal (not our interrupt's): the signal is given back at detach.
-        if (WIFSTOPPED(st) && (st >> 16) == 0 && WSTOPSIG(st) != SIGTRAP) t.signal = WSTOPSIG(st);
+        // A stop to take a signal (a seized thread's interrupt and group stops carry an event
+        // in the high bits): the signal is given back at detach, a SIGTRAP too.
+        if (WIFSTOPPED(st) && (st >> 16) == 0) t.signal = WSTOPSIG(st);
         t.regs.assign(64, 0);
         struct iovec io = {t.regs.data(), t.regs.size() * 8};
         if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) {

@@ -85,7 +85,7 @@ def write(path: str, cap: Capture) -> None:
              frames=cap.stack_frames)
     w.arrays(b"AGGR", **cap.sites)
     for snap in cap.snapshots:
-        w.arrays(b"SNAP", **snapshots.block({k: snap[k] for k in snapshots.FIELDS},
+        w.arrays(b"SNAP", **snapshots.block({k: snap.get(k) for k in snapshots.FIELDS},
                                              snap["sites"], ids=snap["sites"]["id"]))
     if cap.series:
         w.arrays(b"TSER", **cap.series)

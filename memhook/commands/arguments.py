@@ -111,6 +111,10 @@ def add_leak_check_arguments(p: argparse.ArgumentParser) -> None:
                    "are lost (definitely or indirectly: no pointer reaches them, the leak "
                    "check's words) and not suppressed; =any-outstanding: any byte still "
                    "allocated, reachable or not")
+    p.add_argument("--no-suppressions", action="store_true",
+                   help="apply no suppression at all (by default the program's own "
+                   "__lsan_default_suppressions(), memhook's defaults and --suppressions files "
+                   "apply wherever leaks are listed)")
     p.add_argument("--no-default-suppressions", dest="default_suppressions",
                    action="store_false", help="count what the runtime keeps for the life of "
                    "the process by design (stdio buffers, libstdc++'s emergency exception pool, "

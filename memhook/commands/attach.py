@@ -62,6 +62,7 @@ def add_tracing_arguments(p: Parser) -> None:
                    f"(default {Options.max_wait_s * 1e3:g}ms, with --lossless "
                    f"{LOSSLESS_MAX_WAIT_S:g}s; 0: drop at once)")
     p.add_argument("--unhook-after", type=positive_float, default=Options.abandon_after_s,
+                   metavar="S",
                    help="if memhook dies, the target unhooks itself after this many seconds "
                    f"without its heartbeat (default {Options.abandon_after_s:g})")
     p.add_argument("--sample-rate", type=size_arg, default=Options.sample_rate, metavar="BYTES",
@@ -89,7 +90,7 @@ def add_tracing_arguments(p: Parser) -> None:
     p.add_argument("--no-heap-census", dest="heap_census", action="store_false",
                    help="do not walk glibc malloc's heap at attach and detach (the census of "
                         "blocks allocated before attach, free space and fragmentation)")
-    p.add_argument("--snapshot-interval", type=positive_float, default=60.0,
+    p.add_argument("--snapshot-interval", type=positive_float, default=60.0, metavar="S",
                    help="seconds between aggregate snapshots in the capture (default 60)")
     p.add_argument("--snapshot-when", action="append", default=[], metavar="COND",
                    help="take a snapshot (as SIGUSR1 to memhook does) the first time COND "
@@ -142,6 +143,8 @@ def tracing_setup(a) -> tuple[Options, list]:
     try:
         opts.check()
         suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)
+        if a.no_suppressions and a.suppressions:
+            raise ValueError("--no-suppressions applies none: drop --suppressions")
         a.conditions = [snapshot_when.parse(t) for t in a.snapshot_when]
         a.runtime = runtime_rules(a)
     except ValueError as e:

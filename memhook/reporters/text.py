@@ -336,6 +336,10 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
             where = leak_site(r)
             lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
                          + f"{where}: {r['outstanding_bytes']} bytes; " + "; ".join(r["reasons"]))
+    hidden = report.get("suppressed_suspects")
+    if hidden:
+        lines.append(f"  ({hidden['count']} suspects suppressed, {hidden['outstanding_bytes']} "
+                     "bytes: --no-suppressions lists them)")
     for r in report.get("transient", [])[:3]:
         where = leak_site(r)
         lines.append(f"  transient: {where}: {r['transient_count']} of {r['alloc_count']} "

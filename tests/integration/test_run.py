@@ -189,6 +189,35 @@ def test_suppressions_the_program_embeds(tmp_path):
         in again.stdout.splitlines()
 
 
+def test_suppressions_apply_by_default_wherever_leaks_are_listed(tmp_path):
+    """As heaptrack_print and LSan apply theirs: a plain `memhook report` of a program that
+    embeds __lsan_default_suppressions() marks the suppressed site in JSON, leaves it out of
+    the suspects and says how many it left out; --no-suppressions shows it all."""
+    embedded = build_launched(tmp_path, "-DEMBED_SUPPRESSIONS", name="embedded")
+    proc, _ = memhook_run(tmp_path, embedded, "exit", "0")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(subprocess.run(memhook_cmd("report", tmp_path / "run.mh", "--format",
+                                                "json"), capture_output=True, text=True,
+                                    timeout=120, cwd="/", check=True).stdout)
+    static = site(rep, "StaticInit::StaticInit")
+    assert static["suppressed_by"] == "StaticInit"
+    assert not any((functions(r)[0] or "").startswith("StaticInit::") for r in rep["leak_suspects"])
+    assert rep["suppressed_suspects"]["outstanding_bytes"] >= 2222
+    text = subprocess.run(memhook_cmd("report", tmp_path / "run.mh"), capture_output=True,
+                          text=True, timeout=120, cwd="/", check=True).stdout
+    assert "[suppressed: leak:StaticInit]" in text and "suspects suppressed" in text
+    every = json.loads(subprocess.run(memhook_cmd("report", tmp_path / "run.mh", "--format",
+                                                  "json", "--no-suppressions"),
+                                      capture_output=True, text=True, timeout=120, cwd="/",
+                                      check=True).stdout)
+    assert "suppressed_by" not in site(every, "StaticInit::StaticInit")
+    assert any((functions(r)[0] or "").startswith("StaticInit::") for r in every["leak_suspects"])
+    both = subprocess.run(memhook_cmd("report", tmp_path / "run.mh", "--no-suppressions",
+                                      "--suppressions", "/dev/null"), capture_output=True,
+                          text=True, timeout=120, cwd="/")
+    assert both.returncode == 2 and "--no-suppressions" in both.stderr
+
+
 def test_program_that_cannot_start_keeps_its_exit_code(tmp_path, launched):
     """A program whose loader cannot find a library it needs ends before memhook can attach:
     the loader's message, memhook's one line, and the loader's exit code (127)."""

@@ -61,21 +61,24 @@ def test_memhook_killed_at_random_moments(tmp_path, targets):
     target = targets(exe, nice=19)  # (as test_200_attach_detach_cycles: not starved)
     _, before = slot_values(target.pid, exe)
     rng = random.Random(11)
-    for _ in range(25):
+    for cycle in range(25):
         mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--no-live", "--unhook-after",
                                           "0.3"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, cwd="/")
-        time.sleep(rng.uniform(0, 1.2))
-        if rng.random() < 0.4:
+                              stderr=subprocess.PIPE, text=True, cwd="/")
+        after = rng.uniform(0, 1.2)
+        time.sleep(after)
+        detaching = rng.random() < 0.4
+        if detaching:
             mh.send_signal(signal.SIGINT)  # let it start detaching...
             time.sleep(rng.uniform(0, 0.1))
         mh.send_signal(signal.SIGKILL)  # ...then kill it wherever it is
-        mh.wait()
+        said = mh.communicate()[1]
         for _ in range(200):  # a GDB it started finishes on its own
             if "TracerPid:\t0" in open(f"/proc/{target.pid}/status").read():
                 break
             time.sleep(0.05)
-        assert target.proc.poll() is None
+        # (what memhook had said when killed: where it was)
+        assert target.proc.poll() is None, (cycle, after, detaching, said[-2000:])
     time.sleep(0.5)  # every abandoned session is stale; the busy threads notice and unhook
     assert corrupt_count(target) == 0
     assert_restored(target.pid, exe, before)
