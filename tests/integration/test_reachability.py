@@ -81,16 +81,22 @@ def memhook_categories(report, cases=CASES) -> dict:
     return dict(out)
 
 
+def traced_all(exe, tmp_path, *args, command: str = "all"):
+    """memhook -p on `exe` (with `args`) while it runs `command`, detached: (Memhook,
+    report)."""
+    target = Target(exe, *args)
+    try:
+        return traced(target, tmp_path, command)
+    finally:
+        target.kill()
+
+
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_the_categories_are_valgrinds(tmp_path, opt):
     exe = build(tmp_path, "reachability.c", flags=[opt])
     expected = valgrind_categories(exe, tmp_path)
-    target = Target(exe)
-    try:
-        mh, report = traced(target, tmp_path, "all")
-    finally:
-        target.kill()
+    mh, report = traced_all(exe, tmp_path)
     got = memhook_categories(report)
     assert got == expected
     # Every case is there, in the category its comment in reachability.c names.
@@ -121,11 +127,7 @@ def test_the_lost_blocks_are_leaksanitizers(tmp_path):
                     str(TARGETS), str(TARGETS / "reachability.c"), "-o", str(lsan), "-lpthread"],
                    check=True, capture_output=True)
     leaked = lsan_leaks(lsan, tmp_path)
-    target = Target(build(tmp_path, "reachability.c"))
-    try:
-        _, report = traced(target, tmp_path, "all")
-    finally:
-        target.kill()
+    _, report = traced_all(build(tmp_path, "reachability.c"), tmp_path)
     got = memhook_categories(report)
     cases = {case for case, _ in got} | {case for case, _ in leaked}
     for case in cases:
@@ -223,11 +225,7 @@ def test_pprof_otlp_and_html_carry_the_lost_bytes(tmp_path):
     import os
     from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
         ExportProfilesServiceRequest)
-    target = Target(build(tmp_path, "reachability.c"))
-    try:
-        mh, _ = traced(target, tmp_path, "all")
-    finally:
-        target.kill()
+    mh, _ = traced_all(build(tmp_path, "reachability.c"), tmp_path)
     prof = tmp_path / "heap.pb.gz"
     report_text(mh.capture, "--format", "pprof", "-o", prof)
     cache = subprocess.run(["go", "env", "GOCACHE"], capture_output=True, text=True,
@@ -276,11 +274,7 @@ def test_a_block_held_in_dynamic_tls_is_reachable(tmp_path):
                          str(lib)], input="hold\nexit\n", text=True, capture_output=True,
                         timeout=300)
     assert re.search(r"1,014 bytes in 1 blocks are still reachable", vg.stderr), vg.stderr
-    target = Target(exe, lib)
-    try:
-        _, report = traced(target, tmp_path, "hold")
-    finally:
-        target.kill()
+    _, report = traced_all(exe, tmp_path, lib, command="hold")
     (s,) = [s for s in report["sites"] if s["outstanding_bytes"] == 1014]
     assert (s["reachable_bytes"], s["definitely_lost_bytes"]) == (1014, 0)
 
@@ -294,12 +288,7 @@ def test_valgrinds_nine_pointer_chains(tmp_path):
     exe = build(tmp_path, "leak_matrix.c")
     expected = valgrind_categories(exe, tmp_path, cases)
     assert expected[("case9", "indirectly_lost")] == [88, 1]  # (what the matrix says)
-    target = Target(exe)
-    try:
-        _, report = traced(target, tmp_path, "all")
-    finally:
-        target.kill()
-    assert memhook_categories(report, cases) == expected
+    assert memhook_categories(traced_all(exe, tmp_path)[1], cases) == expected
 
 
 @pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
@@ -312,9 +301,4 @@ def test_valgrinds_heuristics_for_interior_pointers(tmp_path):
     exe = build(tmp_path, "interior_pointers.cpp", flags=["-D_GLIBCXX_USE_CXX11_ABI=0"])
     expected = valgrind_categories(exe, tmp_path, cases)
     assert expected[("keep_string", "reachable")] == [133, 2]  # (the string and its characters)
-    target = Target(exe)
-    try:
-        _, report = traced(target, tmp_path, "all")
-    finally:
-        target.kill()
-    assert memhook_categories(report, cases) == expected
+    assert memhook_categories(traced_all(exe, tmp_path)[1], cases) == expected
