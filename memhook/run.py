@@ -27,6 +27,7 @@ from .symbolize import Symbolizer
 SCAN_S = 1.0    # --pid-of: how often /proc is read for new processes of that name
 RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
 STEP_S = 0.05   # the loop's period: how soon a process's end or a Ctrl-C is seen
+EXIT_SLICE_S = 0.01  # how soon a process waiting in exit() for its leak check is seen
 EXIT_OK, EXIT_FAILED = 0, 1
 SI_KERNEL = 0x80  # siginfo's si_code of a signal the kernel sent (a terminal's Ctrl-C)
 
@@ -399,9 +400,18 @@ class Run:
             print("\n".join(snapshot_lines(m, snap, self.a.top)), flush=True)
 
     def wait(self, seconds: float) -> None:
-        """The loop's pause. Under memhook run, the signals memhook holds (commands/launch.py)
-        are taken meanwhile and passed on to the program, but for those a terminal sent to the
-        whole process group (the kernel's: the program has its own already)."""
+        """The loop's pause, in slices: a process waiting in exit() for its leak check
+        (exit_check.h) ends it early. Under memhook run, the signals memhook holds
+        (commands/launch.py) are taken meanwhile and passed on to the program, but for those a
+        terminal sent to the whole process group (the kernel's: the program has its own)."""
+        until = time.monotonic() + seconds
+        while True:
+            left = until - time.monotonic()
+            if left <= 0 or any(m.session.consumer.exit_announced() for m in self.active):
+                return
+            self._wait_slice(min(left, EXIT_SLICE_S))
+
+    def _wait_slice(self, seconds: float) -> None:
         if self.program is None:
             time.sleep(seconds)
             return

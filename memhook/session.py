@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from . import (_native, allocator_stats, allocators, elf, entry_patch, heap_census, hooks,
-               module_files, procfs, reachability, resident)
+               module_files, procfs, resident)
 from .inject import AttachRequest, DetachRequest, WayIn
+from .reachability.check import check as check_reachability
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .procfs import TargetError
@@ -523,7 +524,7 @@ class Session:
     def check_leaks(self, when: str) -> None:
         """The leak check now (reachability/check.py), kept for the capture: at detach, or at
         the program's exit() (it waits in the hook library's destructor: exit_check.h)."""
-        self.leaks = reachability.check(self, self.options.max_pause_ms)
+        self.leaks = check_reachability(self, self.options.max_pause_ms)
         self.leaks["when"] = when
         if when == "exit":
             self.consumer.exit_done()

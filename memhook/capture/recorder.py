@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import procfs, reachability, resident
+from .. import procfs, resident
 from . import snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
                      TICK_CHUNKS, TOP_STACKS, Capture)
@@ -150,8 +150,8 @@ class Recorder:
                 "rss_bytes": procfs.memory(self.session.pid).get("rss_bytes", 0)}
         if self.session.options.reachability and self.session.target_alive():
             # The leak check on demand: which of the blocks held now no pointer reaches.
-            info["leak_check"] = reachability.check(self.session,
-                                                    self.session.options.max_pause_ms)
+            from ..reachability.check import check  # (a live session's: reports need not)
+            info["leak_check"] = check(self.session, self.session.options.max_pause_ms)
             info["leak_check"]["when"] = "snapshot"
         arrays = snapshots.block(info, sites)
         if self.writer:
