@@ -137,7 +137,12 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         # can then look like a slow rise).
         first_half = y[times <= end_s / 2]
         cycling = len(first_half) > 0 and out_bytes <= float(first_half.max())
-        if allocs and frees >= allocs / 2 and (growth <= 0 or young or cycling) and not lost:
+        # But blocks that outlived a third of the capture were kept through its cycles: a
+        # collector's sawtooth or a pool drained in batches that keeps some, whose busier start
+        # swung higher than anything it holds at the end (its floor rises all the same).
+        kept_through = oldest is not None and oldest > end_s / 3
+        if allocs and frees >= allocs / 2 and (growth <= 0 or young or
+                                               (cycling and not kept_through)) and not lost:
             continue  # turns over, its floor does not trend up: churn, not a leak
         if young:
             growth = late_growth = 0.0
