@@ -371,9 +371,7 @@ class Session:
         consumer matches the frees of pointers it never saw allocated to them."""
         if not self.options.heap_census or (self.launched and when == "attach"):
             return  # (a program held before its constructors has allocated nothing)
-        skipped = {path for path, _ in self.skipped_objects}  # (older loaders define a malloc
-        other = next((f for f in self.allocators if f.family == allocators.FAMILIES[0][0]  # of
-                      and "malloc" in f.names and f.path not in skipped), None)  # their own)
+        other = self.malloc_beside_glibc()
         if other is not None:  # (glibc's arenas then hold only what the loader allocated)
             self.census[when] = {"problem": f"malloc is defined in {os.path.basename(other.path)}"
                                  ", not glibc: the heap census reads glibc's malloc only"}
@@ -387,6 +385,13 @@ class Session:
             return
         if blocks is not None:
             self.consumer.match_census(blocks)
+
+    def malloc_beside_glibc(self):
+        """The allocator that defines malloc in place of glibc's, if one does (older loaders
+        define a malloc of their own: those objects are skipped, not counted)."""
+        skipped = {path for path, _ in self.skipped_objects}
+        return next((f for f in self.allocators if f.family == allocators.FAMILIES[0][0]
+                     and "malloc" in f.names and f.path not in skipped), None)
 
     def _pins_of_the_session(self) -> None:
         """The live blocks that hold each heap's top at detach, where the session allocated
@@ -524,7 +529,7 @@ class Session:
     def check_leaks(self, when: str) -> None:
         """The leak check now (reachability/check.py), kept for the capture: at detach, or at
         the program's exit() (it waits in the hook library's destructor: exit_check.h)."""
-        self.leaks = check_reachability(self, self.options.max_pause_ms)
+        self.leaks = check_reachability(self)
         self.leaks["when"] = when
         if when == "exit":
             self.consumer.exit_done()

@@ -205,12 +205,21 @@ def in_force(a) -> bool:
     return not getattr(a, "no_suppressions", False)
 
 
-def apply_to_report(report: dict, cap, a) -> None:
+def check_arguments(a) -> None:
+    """The suppression options as given: every file readable and well formed, and not
+    --no-suppressions beside --suppressions. ValueError says which."""
+    load(a.suppressions)
+    if a.no_suppressions and a.suppressions:
+        raise ValueError("--no-suppressions applies none: drop --suppressions")
+
+
+def apply_to_report(report: dict, cap, a) -> list | None:
     """The suppressions in force on a report built from `cap`: sites marked, the suspects
-    they match left out and counted apart."""
+    they match left out and counted apart. Returns them (None under --no-suppressions)."""
     if not in_force(a):
-        return
-    apply(report, load(a.suppressions, a.default_suppressions, embedded_in(cap)))
+        return None
+    known = load(a.suppressions, a.default_suppressions, embedded_in(cap))
+    apply(report, known)
     asked = bool(a.suppressions) or a.fail_on_leak is not None or \
         bool(getattr(a, "print_suppressions", False))
     if not asked and not report.get("suppressions"):
@@ -223,6 +232,7 @@ def apply_to_report(report: dict, cap, a) -> None:
         report["suppressed_suspects"] = {"count": len(out),
                                          "outstanding_bytes": sum(r["outstanding_bytes"]
                                                                   for r in out)}
+    return known
 
 
 def leaked(report: dict, fail: FailOnLeak) -> bool:

@@ -141,8 +141,8 @@ py::dict check_leaks(Consumer& c, int pid,
     py::gil_scoped_release release;
     // The consumer catches up first, while the target runs: what is left for the pause is
     // what the threads publish meanwhile (a burst's backlog took 200 ms of it).
-    const uint64_t until = reachability::now_ns() + 2000000000ull;
-    while (c.drain(false) >= 4096 && reachability::now_ns() < until) {
+    const uint64_t until = monotonic_ns() + 2000000000ull;
+    while (c.drain(false) >= 4096 && monotonic_ns() < until) {
     }
     r = reachability::check_leaks(pid, exclude, heaps_known, uint64_t(max_pause_ms * 1e6), [&] {
       c.drain(false);  // what the stopped threads published, then what that let through

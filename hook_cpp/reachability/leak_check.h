@@ -178,17 +178,17 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
     const std::string proc = "/proc/" + std::to_string(pid);
     const int mem = open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
     const int pagemap = open((proc + "/pagemap").c_str(), O_RDONLY | O_CLOEXEC);
-    const uint64_t t0 = now_ns(), deadline = t0 + max_pause_ns;
+    const uint64_t t0 = monotonic_ns(), deadline = t0 + max_pause_ns;
     {
       StoppedThreads stopped;
       if (mem < 0) {
         out.skipped = "cannot read the target's memory";
       } else if (stopped.stop(pid, deadline, &out.skipped)) {
         out.threads = uint32_t(stopped.threads().size());
-        const uint64_t t1 = now_ns();
+        const uint64_t t1 = monotonic_ns();
         out.stop_ns = t1 - t0;
         Marking marking(take_blocks());
-        const uint64_t t2 = now_ns();
+        const uint64_t t2 = monotonic_ns();
         out.drain_ns = t2 - t1;
         out.roots = root_ranges(pid, marking.blocks(), stopped.threads(), exclude, heaps_known);
         if (heaps_known) {  // (otherwise the heap's gaps, these blocks among them, are roots)
@@ -203,7 +203,7 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
         InteriorHeuristics<decltype(word)> heuristics(word, out.roots.readable_files,
                                                       out.roots.executable_files);
         marking.heuristic = [&](const Block& b, uint64_t p) { return heuristics(b, p); };
-        auto more = [&] { return now_ns() < deadline; };
+        auto more = [&] { return monotonic_ns() < deadline; };
         for (const StoppedThread& t : stopped.threads())
           marking.scan(t.regs.data(), t.regs.size(), true);
         bool done = true;
@@ -218,7 +218,7 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
           done = marking.cliques([&](const auto& which, auto fn) {
             reader.blocks(marking.blocks(), which, fn);
           }, more);
-        out.scan_ns = now_ns() - t2;
+        out.scan_ns = monotonic_ns() - t2;
         out.bytes_read = reader.bytes();
         out.unreadable_bytes = reader.unreadable();
         if (!done)
@@ -228,7 +228,7 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
           out.blocks = std::move(marking.blocks());
       }
       stopped.resume();
-      out.pause_ns = now_ns() - t0;
+      out.pause_ns = monotonic_ns() - t0;
     }
     if (mem >= 0) close(mem);
     if (pagemap >= 0) close(pagemap);

@@ -21,14 +21,9 @@
 #include <vector>
 
 #include "arch.h"
+#include "clock.h"
 
 namespace memhook::reachability {
-
-inline uint64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 struct StoppedThread {
   int tid;
@@ -68,7 +63,7 @@ class StoppedThreads {
         for (;;) {
           const pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
           if (r == tid) break;
-          if (r < 0 || now_ns() > deadline_ns) {
+          if (r < 0 || monotonic_ns() > deadline_ns) {
             *why = r < 0 ? "lost thread " + std::to_string(tid)
                          : "thread " + std::to_string(tid) + " did not stop in time (state D?)";
             return false;

@@ -151,7 +151,7 @@ class Recorder:
         if self.session.options.reachability and self.session.target_alive():
             # The leak check on demand: which of the blocks held now no pointer reaches.
             from ..reachability.check import check  # (a live session's: reports need not)
-            info["leak_check"] = check(self.session, self.session.options.max_pause_ms)
+            info["leak_check"] = check(self.session)
             info["leak_check"]["when"] = "snapshot"
         arrays = snapshots.block(info, sites)
         if self.writer:

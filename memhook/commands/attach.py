@@ -79,10 +79,10 @@ def add_tracing_arguments(p: Parser) -> None:
                    "each from its first allocation after fork (each child waits for memhook's "
                    "attach, about half a second)")
     add_leak_check_arguments(p)
-    p.add_argument("--max-pause", type=pause_arg, default=200.0, metavar="MS",
+    p.add_argument("--max-pause", type=pause_arg, default=Options.max_pause_ms, metavar="MS",
                    help="the longest the leak check at detach may stop the target, in "
-                   "milliseconds (200ms, 0.2s; default 200); beyond it the check is skipped "
-                   "and the report says so")
+                   f"milliseconds (200ms, 0.2s; default {Options.max_pause_ms:g}); beyond it "
+                   "the check is skipped and the report says so")
     p.add_argument("--no-reachability", dest="reachability", action="store_false",
                    help="no leak check at detach (which blocks no pointer reaches): suspects "
                    "by growth only")
@@ -142,9 +142,7 @@ def tracing_setup(a) -> tuple[Options, list]:
                    reachability=a.reachability, max_pause_ms=a.max_pause)
     try:
         opts.check()
-        suppressions.load(a.suppressions)  # (a bad file is said now, not after the session)
-        if a.no_suppressions and a.suppressions:
-            raise ValueError("--no-suppressions applies none: drop --suppressions")
+        suppressions.check_arguments(a)  # (a bad file is said now, not after the session)
         a.conditions = [snapshot_when.parse(t) for t in a.snapshot_when]
         a.runtime = runtime_rules(a)
     except ValueError as e:

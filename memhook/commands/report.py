@@ -97,9 +97,7 @@ def run_report(argv: list[str]) -> int:
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
                                 a.min_age, transient_ns=a.transient_threshold * 1e6,
                                 runtime=runtime_rules(a))
-        suppressions.load(a.suppressions)  # (a bad file is one line, before the capture is read)
-        if a.no_suppressions and a.suppressions:
-            raise ValueError("--no-suppressions applies none: drop --suppressions")
+        suppressions.check_arguments(a)  # (a bad file is one line, before the capture is read)
     except ValueError as e:
         raise UsageError(str(e)) from None
     cap = capture.read(a.capture)
@@ -145,13 +143,10 @@ def run_report(argv: list[str]) -> int:
         from ..reporters.plots_beside import Beside
         figures = Beside(cap, symbolizer, "svg")  # drawn meanwhile, in a child
     rep = model.build(cap, symbolizer, filters)
-    if suppressions.in_force(a):
-        suppressions.apply_to_report(rep, cap, a)
-        if a.top:  # (the check weighs every leaking stack, not the --top shown)
-            whole = model.build(cap, symbolizer, dataclasses.replace(filters, top=None))
-            known = suppressions.load(a.suppressions, a.default_suppressions,
-                                      suppressions.embedded_in(cap))
-            rep["unsuppressed"] = suppressions.apply(whole, known)["unsuppressed"]
+    known = suppressions.apply_to_report(rep, cap, a)
+    if known is not None and a.top:  # (the check weighs every leaking stack, not the --top)
+        whole = model.build(cap, symbolizer, dataclasses.replace(filters, top=None))
+        rep["unsuppressed"] = suppressions.apply(whole, known)["unsuppressed"]
     if a.print_suppressions:
         emit(suppressions.suggested(rep), a.output)
         return EXIT_OK

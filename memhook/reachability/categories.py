@@ -34,8 +34,9 @@ def summary(meta: dict) -> dict | None:
     lc = meta.get("leak_check")
     if not lc:
         return None
-    out = {k: lc[k] for k in ("when", "pause_ms", "stop_ms", "drain_ms", "scan_ms", "threads", "bytes_read", "unreadable_bytes",
-                              "root_bytes", "heaps_known", "max_pause_ms", "skipped", "note")
+    out = {k: lc[k] for k in ("when", "pause_ms", "stop_ms", "drain_ms", "scan_ms", "threads",
+                              "bytes_read", "unreadable_bytes", "root_bytes", "heaps_known",
+                              "max_pause_ms", "skipped", "note")
            if k in lc}
     rows = lc.get("stacks")
     if rows is not None:

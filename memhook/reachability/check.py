@@ -5,12 +5,8 @@ memhook's own, and whether every block in glibc's heaps is known (the census at 
 from __future__ import annotations
 
 import functools
-import os
 
-from .. import _native, allocators, elf, heap_census
-
-CATEGORIES = _native.LEAK_CATEGORIES  # definitely_lost, indirectly_lost, possibly_lost, reachable
-DEFAULT_MAX_PAUSE_MS = 200.0
+from .. import elf, heap_census
 
 
 @functools.lru_cache(maxsize=4)
@@ -22,43 +18,46 @@ def _extent(path: str) -> int:
     return (max(ends) + 4095) & ~4095
 
 
-def not_roots(session) -> list[tuple[int, int]]:
-    """What is no root beside memhook's segment (which the native side knows by name):
-    memhook's hook library, its data and its address table (bss); and glibc malloc's own
-    main_arena, whose top and bins point into blocks (heap_census.main_arena)."""
-    out = []
-    if session.lib_base and getattr(session, "library", ""):
-        out.append((session.lib_base, session.lib_base + _extent(session.library)))
-    if session.libc_kind[0] == "glibc":
-        try:
-            arena = heap_census.main_arena(session.pid, session.libc_kind[1])
-        except OSError:
-            arena = None
-        if arena:
-            out.append((arena[0], arena[0] + arena[1]))
-    return out
+def memhooks_own(session) -> list[tuple[int, int]]:
+    """memhook's memory in the target beside its segment (which the native side knows by name):
+    the hook library, its data and its address table (bss)."""
+    if not session.lib_base or not getattr(session, "library", ""):
+        return []
+    return [(session.lib_base, session.lib_base + _extent(session.library))]
+
+
+def glibc_main_arena(session) -> list[tuple[int, int]]:
+    """glibc malloc's main_arena, whose top and bins point into blocks (heap_census.main_arena):
+    no root. Empty where it is not found (or the libc is not glibc)."""
+    if session.libc_kind[0] != "glibc":
+        return []
+    try:
+        arena = heap_census.main_arena(session.pid, session.libc_kind[1])
+    except OSError:
+        return []
+    return [(arena[0], arena[0] + arena[1])] if arena else []
 
 
 def heaps_known(session) -> bool:
     """Every block in glibc's heaps is known: the census at attach found those from before (or
     the program was started under memhook), and no other malloc replaces glibc's."""
-    if session.libc_kind[0] != "glibc":
-        return False
-    if any(f.family == allocators.FAMILIES[0][0] and "malloc" in f.names
-           for f in session.allocators if not elf.is_libc(f.path)):
+    if session.libc_kind[0] != "glibc" or session.malloc_beside_glibc() is not None:
         return False
     at = session.census.get("attach")
     return session.launched or bool(at and not at.get("problem"))
 
 
-def check(session, max_pause_ms: float = DEFAULT_MAX_PAUSE_MS) -> dict:
-    """The check now, as the capture keeps it: per stack, [stack, bytes and blocks for each of
-    CATEGORIES], the census's blocks under stack BEFORE_ATTACH; or `skipped` saying why not."""
+def check(session) -> dict:
+    """The check now, within the session's --max-pause, as the capture keeps it: per stack,
+    [stack, bytes and blocks for each category], the census's blocks under stack BEFORE_ATTACH;
+    or `skipped` saying why not."""
     known = heaps_known(session)
-    skip = not_roots(session)
-    r = session.consumer.check_leaks(session.pid, skip, known, max_pause_ms)
+    arena = glibc_main_arena(session)
+    max_pause_ms = session.options.max_pause_ms
+    r = session.consumer.check_leaks(session.pid, memhooks_own(session) + arena, known,
+                                     max_pause_ms)
     notes = []
-    if session.libc_kind[0] == "glibc" and len(skip) < 2:
+    if session.libc_kind[0] == "glibc" and not arena:
         notes.append("glibc's main_arena was not found: a block just before a free chunk may "
                      "read as possibly lost (the arena's pointers to chunks point into it)")
     r["heaps_known"] = known
