@@ -1,8 +1,9 @@
 // The leak check of a running process: every thread stopped (thread_stop.h), the blocks live at
 // that moment taken (the caller's: the consumer drained, the census's blocks still held), the
 // roots read (roots.h) and every block reached marked (leak_marking.h), then the threads let go.
-// The target's memory is read from outside, through /proc/PID/mem, never written;
-// pages the target never touched are skipped (pagemap), unreadable ones counted.
+// The target's memory is read from outside (process_vm_readv, /proc/PID/mem where that falls
+// short), never written; pages the target never touched are skipped (pagemap), unreadable ones
+// counted.
 #pragma once
 #include <fcntl.h>
 #include <sys/uio.h>
