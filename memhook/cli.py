@@ -1,7 +1,8 @@
 """Command line: `memhook -p PID ...` attaches (commands/attach.py); `memhook run -- CMD` starts
 a program traced from its first allocation (commands/launch.py); `memhook report FILE`
 reports on a capture (commands/report.py); `memhook snapshot PID` asks a running memhook for a
-snapshot (commands/snapshot.py); `memhook trim -p PID` calls malloc_trim(0) in a
+snapshot (commands/snapshot.py); `memhook leaks -p PID` checks a process for lost blocks now
+(commands/leaks.py); `memhook trim -p PID` calls malloc_trim(0) in a
 process (commands/trim.py). Every failure is one line and an exit code.
 
 Only the standard library's os, signal and sys are imported before main() holds a handler for
@@ -43,6 +44,9 @@ def run(argv: list[str]) -> int:
         if argv and argv[0] == "snapshot":
             from .commands.snapshot import run_snapshot
             return run_snapshot(argv[1:])
+        if argv and argv[0] == "leaks":
+            from .commands.leaks import run_leaks
+            return run_leaks(argv[1:])
         if argv and argv[0] == "trim":
             from .commands.trim import run_trim
             return run_trim(argv[1:])

@@ -468,12 +468,18 @@ def say_pushes(pusher) -> None:
 
 
 def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
-    """The report at the end of a run, in --format, and whether --fail-on-leak fails it."""
+    """The report at the end of a run, in --format, and whether --fail-on-leak fails it (None:
+    `memhook leaks`, and no check could be taken)."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
     rep = model.build(cap, symbolizer, model.Filters(runtime=a.runtime))
     suppressions.apply_to_report(rep, cap, a)
-    failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
-    return reporters.render(a.format, cap, rep, symbolizer, top=a.top,
+    leaks_only = getattr(a, "leaks_only", False)  # memhook leaks (commands/leaks.py)
+    if leaks_only and not suppressions.checked(rep):
+        failed = None  # (no check: it failed at what it was asked)
+    else:
+        failed = a.fail_on_leak is not None and suppressions.leaked(rep, a.fail_on_leak)
+    fmt = "leaks" if leaks_only and a.format == "text" else a.format
+    return reporters.render(fmt, cap, rep, symbolizer, top=a.top,
                             full_names=a.full_names), failed
 
 
@@ -519,7 +525,7 @@ def run(a, opts, stop: dict, pushers: list) -> int:
               "keeps running with memhook's hooks in place", file=sys.stderr)
     if r.program:
         return program_exit(r, leaked)
-    if failed or (a.pid and r.refused):
+    if failed or (a.pid and r.refused) or leaked is None:
         return EXIT_FAILED
     return suppressions.EXIT_LEAKS if leaked else EXIT_OK
 

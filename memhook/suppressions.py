@@ -143,8 +143,13 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
         report["suppressions"] = [{"pattern": s.pattern, "source": s.source, "blocks": s.blocks,
                                    "bytes": s.bytes} for s in suppressions if s.blocks]
     report["unsuppressed"] = {"outstanding_bytes": left_bytes, "outstanding_count": left_blocks}
-    if checked(report):
-        report["unsuppressed"].update(lost_bytes=lost_bytes, lost_count=lost_blocks)
+    if checked(report):  # (and the census's lost blocks: no stack to suppress them by)
+        before = report["leak_check"]["before_attach"]
+        report["unsuppressed"].update(
+            lost_bytes=lost_bytes + before["definitely_lost_bytes"]
+            + before["indirectly_lost_bytes"],
+            lost_count=lost_blocks + before["definitely_lost_count"]
+            + before["indirectly_lost_count"])
     return report
 
 
@@ -239,7 +244,7 @@ def leaked(report: dict, fail: FailOnLeak) -> bool:
     """--fail-on-leak: more than its threshold lost (or outstanding) and not suppressed. A
     report without the leak check (skipped, or turned off) counts outstanding bytes, and says
     so on stderr."""
-    left = report.get("unsuppressed") or {}
+    left = report.get("unsuppressed") or apply(dict(report), [])["unsuppressed"]
     if fail.counts == "lost" and checked(report):
         return left.get("lost_bytes", 0) > fail.threshold
     if fail.counts == "lost":

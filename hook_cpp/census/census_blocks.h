@@ -60,6 +60,11 @@ class CensusBlocks {
       for (size_t i = 0; i < r.offs.size(); i++)
         if (r.cls[i]) fn(r.base + uint64_t(r.offs[i]) * 16, classes_[r.cls[i]].usable);
   }
+  // The class (usable size, type) of census block p, still held; nullptr if p is none.
+  const Class* class_at(uint64_t p) const {
+    const uint16_t* c = const_cast<CensusBlocks*>(this)->find(p);  // (find only reads)
+    return c && *c ? &classes_[*c] : nullptr;
+  }
   size_t memory_bytes() const {
     size_t n = classes_.size() * sizeof(Class);
     for (auto& r : heaps_) n += r.offs.capacity() * 4 + r.cls.capacity() * 2;

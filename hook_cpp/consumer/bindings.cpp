@@ -127,6 +127,40 @@ py::dict sites(const Consumer& c) {
   return d;
 }
 
+// reachability::Category's names, as reports spell them.
+constexpr const char* kLeakCategories[] = {"definitely_lost", "indirectly_lost", "possibly_lost",
+                                           "reachable"};
+
+// The census's blocks the check found lost (no stack names them: they were allocated before
+// attach) by category, usable size and C++ type (the census's type id), as macOS's `leaks` and
+// chap name them: [category, usable, type, blocks, bytes], the most bytes first, at most 1000.
+py::list before_attach_lost(const Consumer& c, const std::vector<reachability::Block>& blocks) {
+  std::map<std::tuple<int, uint64_t, uint32_t>, std::array<uint64_t, 2>> groups;
+  {
+    auto lock = c.lock();
+    const census::CensusBlocks* cb = c.aggregates().census();
+    for (const reachability::Block& b : blocks) {
+      const int k = reachability::category(b.state);
+      if (b.stack != reachability::kBeforeAttach || k == reachability::kStillReachable) continue;
+      const census::CensusBlocks::Class* cls = cb ? cb->class_at(b.addr) : nullptr;
+      auto& g = groups[{k, b.size, cls ? cls->type : 0}];
+      g[0] += 1;
+      g[1] += b.size;
+    }
+  }
+  std::vector<std::pair<std::tuple<int, uint64_t, uint32_t>, std::array<uint64_t, 2>>> rows(
+      groups.begin(), groups.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](auto& a, auto& b) { return a.second[1] > b.second[1]; });
+  py::list out;
+  for (size_t i = 0; i < rows.size() && i < 1000; i++) {
+    auto& [key, n] = rows[i];
+    out.append(py::make_tuple(kLeakCategories[std::get<0>(key)],
+                              std::get<1>(key), std::get<2>(key), n[0], n[1]));
+  }
+  return out;
+}
+
 // The leak check (reachability/leak_check.h): every thread stopped, the consumer drained, the
 // blocks live then (the session's and the census's still held) marked from the roots. Per
 // stack: bytes and blocks definitely, indirectly, possibly lost and still reachable (stack
@@ -192,6 +226,7 @@ py::dict check_leaks(Consumer& c, int pid,
   }
   d["stacks"] = rows;
   d["blocks"] = r.blocks.size();
+  d["before_attach_lost"] = before_attach_lost(c, r.blocks);
   return d;
 }
 
@@ -672,8 +707,8 @@ PYBIND11_MODULE(_native, m) {
   m.attr("CLOCK_TSC") = (int)kClockTsc;
   m.attr("MODE_OFF") = (int)kOff;
   m.attr("BEFORE_ATTACH") = reachability::kBeforeAttach;
-  m.attr("LEAK_CATEGORIES") = py::make_tuple("definitely_lost", "indirectly_lost",
-                                             "possibly_lost", "reachable");
+  m.attr("LEAK_CATEGORIES") = py::make_tuple(kLeakCategories[0], kLeakCategories[1],
+                                             kLeakCategories[2], kLeakCategories[3]);
   m.attr("EXEC_FAILED") = (int)kExecFailed;
   m.attr("SPAWN_ANNOUNCED") = (int)kSpawnAnnounced;
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;

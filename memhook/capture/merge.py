@@ -135,6 +135,15 @@ def merged_leak_check(metas: list, rows: list) -> dict | None:
            "threads": sum(c.get("threads", 0) for c, _ in taken),
            "bytes_read": sum(c.get("bytes_read", 0) for c, _ in taken),
            "heaps_known": all(c.get("heaps_known") for c, _ in taken)}
+    groups: dict = {}  # the census's lost blocks, by category, size and type
+    for c, _ in taken:
+        for g in c.get("before_attach_lost") or ():
+            into = groups.setdefault((g["category"], g["size"], g["type"]),
+                                     dict(g, blocks=0, bytes=0))
+            into["blocks"] += g["blocks"]
+            into["bytes"] += g["bytes"]
+    if groups:
+        out["before_attach_lost"] = sorted(groups.values(), key=lambda g: -g["bytes"])
     whens = {c.get("when") for c, _ in taken if c.get("when")}
     if len(whens) == 1:
         out["when"] = whens.pop()

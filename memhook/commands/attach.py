@@ -17,10 +17,12 @@ from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_
 LOSSLESS_MAX_WAIT_S = 10.0
 
 
-def attach_parser() -> Parser:
-    p = Parser(prog="memhook", usage="-p PID[,PID...] | --pid-of NAME [options]", description="Attach to a running process and report the call "
-               "stacks that hold unfreed memory. `memhook report FILE` reads a capture; "
-               "`memhook run -- CMD` starts a program under memhook.")
+def attach_parser(prog: str = "memhook", description: str = "Attach to a running process and "
+                  "report the call stacks that hold unfreed memory. `memhook report FILE` reads "
+                  "a capture; `memhook run -- CMD` starts a program under memhook; `memhook "
+                  "leaks -p PID` checks for lost blocks now.", page: str = "docs/usage.md") -> Parser:
+    p = Parser(prog=prog, usage="-p PID[,PID...] | --pid-of NAME [options]", page=page,
+               description=description)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("-p", "--pid", type=pid_list, metavar="PID[,PID...]",
                        help="process(es) to attach to")

@@ -60,6 +60,10 @@ def check(session) -> dict:
     if session.libc_kind[0] == "glibc" and not arena:
         notes.append("glibc's main_arena was not found: a block just before a free chunk may "
                      "read as possibly lost (the arena's pointers to chunks point into it)")
+    names = (session.census.get("attach") or {}).get("type_names") or [""]
+    r["before_attach_lost"] = [
+        {"category": k, "size": usable, "type": names[t] if t < len(names) else "",
+         "blocks": n, "bytes": b} for k, usable, t, n, b in r.get("before_attach_lost", ())]
     r["heaps_known"] = known
     r["max_pause_ms"] = max_pause_ms
     if not known:

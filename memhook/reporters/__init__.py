@@ -9,7 +9,7 @@ import importlib
 # format -> its module (imported when first used: html and plots bring matplotlib, otlp the
 # OpenTelemetry protobufs)
 FORMATS = {"text": "text", "json": "model", "collapsed": "collapsed", "pprof": "pprof",
-           "html": "html", "otlp": "otlp"}
+           "html": "html", "otlp": "otlp", "leaks": "leaks"}
 BINARY = ("pprof", "otlp")
 
 

@@ -245,9 +245,9 @@ def mapping_lines(m: dict | None, shown: int = 5, frames: int = 4,
     return lines
 
 
-def leak_check_lines(check: dict | None) -> list[str]:
+def leak_check_lines(check: dict | None, shown: int = 5) -> list[str]:
     """The leak check at detach: valgrind's categories over the session's blocks, or why it was
-    not taken."""
+    not taken; the lost blocks from before attach by size and type, `shown` groups."""
     if not check:
         return []
     if check.get("skipped"):
@@ -261,8 +261,21 @@ def leak_check_lines(check: dict | None) -> list[str]:
     if any(before.values()):
         lines.append("    of the blocks from before attach (stacks unknown): "
                      + (categories.text(before) or "none"))
+    lines += before_attach_lost_lines(check.get("before_attach_lost") or [], shown)
     if check.get("note"):
         lines.append(f"    {check['note']}")
+    return lines
+
+
+def before_attach_lost_lines(groups: list, shown: int) -> list[str]:
+    """'      definitely lost: 3 blocks of 48 bytes, Foo' per group, the most bytes first."""
+    lines = [f"      {categories.WORDS[g['category']]}: {g['blocks']} blocks of {g['size']} "
+             f"bytes" + (f", {type_name(g['type'])}" if g["type"] else "")
+             for g in groups[:shown]]
+    if len(groups) > shown:
+        lines.append(f"      ... {len(groups) - shown} more groups "
+                     f"({human_bytes(sum(g['bytes'] for g in groups[shown:]))}; the JSON "
+                     "report has them all)")
     return lines
 
 

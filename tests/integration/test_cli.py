@@ -283,3 +283,17 @@ def test_target_killed_during_attach(tmp_path, delay):
         lines = err.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1, err
         assert "exited" in lines[0] or "zombie" in lines[0] or "no process" in lines[0], err
+
+
+def test_memhook_leaks_on_bad_input_says_one_line(tmp_path, lifecycle_target):
+    """`memhook leaks`: no such process, a kernel thread, no reachability: one line each, and
+    nothing injected into a process the check was refused for."""
+    one_line_error(run_memhook("leaks", "-p", "4000000"), 1, "no process with PID 4000000")
+    one_line_error(run_memhook("leaks"), 2, "-p")
+    maps_before = open(f"/proc/{lifecycle_target.pid}/maps").read()
+    one_line_error(run_memhook("leaks", "-p", lifecycle_target.pid, "--no-reachability"), 2,
+                   "drop --no-reachability")
+    one_line_error(run_memhook("leaks", "-p", lifecycle_target.pid, "--max-pause", "x"), 2,
+                   "--max-pause")
+    assert open(f"/proc/{lifecycle_target.pid}/maps").read() == maps_before
+    assert lifecycle_target.finish() == 0

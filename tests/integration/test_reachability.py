@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, build, memhook_cmd, report_json, traced
+from conftest import TARGETS, Memhook, Target, build, memhook_cmd, report_json, run_memhook, traced
 from conftest import report as report_text
 
 # The target's cases (tests/targets/reachability.c): a stack is named by its functions there.
@@ -28,11 +28,11 @@ def case_of(functions, cases=CASES) -> str | None:
     return named[0] if named else None
 
 
-def valgrind_categories(exe, tmp_path, cases=CASES) -> dict:
+def valgrind_categories(exe, tmp_path, cases=CASES, commands="all\nexit\n") -> dict:
     """(case, category) -> [bytes, blocks] as valgrind --leak-check=full says at exit."""
     xml = tmp_path / "valgrind.xml"
     subprocess.run(["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--xml=yes",
-                    f"--xml-file={xml}", str(exe)], input="all\nexit\n", text=True,
+                    f"--xml-file={xml}", str(exe)], input=commands, text=True,
                    capture_output=True, timeout=300, check=True)
     out = collections.defaultdict(lambda: [0, 0])
     for e in ET.parse(xml).getroot().findall("error"):
@@ -302,3 +302,79 @@ def test_valgrinds_heuristics_for_interior_pointers(tmp_path):
     expected = valgrind_categories(exe, tmp_path, cases)
     assert expected[("keep_string", "reachable")] == [133, 2]  # (the string and its characters)
     assert memhook_categories(traced_all(exe, tmp_path)[1], cases) == expected
+
+
+# tests/targets/lost_before_attach.cpp: the blocks lost before attach (by size and type), and
+# those a block from before attach holds.
+BEFORE = {"lose_widgets", "lose_buffers", "main"}
+AFTER = {"held_by_old", "lost_through_old", "lost_after"}
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
+def test_memhook_leaks_names_the_blocks_lost_before_it_came(tmp_path):
+    """`memhook leaks -p PID` on a process that lost blocks before anything traced it: no stack
+    can name them, so they come by size and C++ type, as macOS's leaks and chap name them; the
+    bytes are valgrind's, exit code 23, and the process runs on."""
+    exe = build(tmp_path, "lost_before_attach.cpp")
+    theirs = valgrind_categories(exe, tmp_path, BEFORE, commands="exit\n")
+    target = Target(exe)
+    try:
+        cap = tmp_path / "leaks.mh"
+        proc = run_memhook("leaks", "-p", target.pid, "-o", cap)
+        target.command("ping")  # it answers, untouched
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    assert proc.returncode == 23, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "definitely lost: 5 blocks of 40 bytes, Widget" in proc.stdout
+    assert "definitely lost: 3 blocks of 200 bytes\n" in proc.stdout
+    assert "Lost: 800 bytes (800 B), all allocated before attach" in proc.stdout
+    check = report_json(cap)["leak_check"]
+    groups = {(g["category"], g["size"], g["type"]): (g["blocks"], g["bytes"])
+              for g in check["before_attach_lost"]}
+    assert groups == {("definitely_lost", 40, "Widget"): (5, 200),
+                      ("definitely_lost", 200, ""): (3, 600)}
+    lost = [theirs.get((case, "definitely_lost"), [0, 0]) for case in ("lose_widgets", "lose_buffers")]
+    assert check["before_attach"]["definitely_lost_bytes"] == sum(b for b, _ in lost) == 800
+    assert check["before_attach"]["definitely_lost_count"] == sum(n for _, n in lost) == 8
+    assert not check["before_attach"]["indirectly_lost_count"]
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="valgrind is installed by scripts/setup.sh")
+def test_a_block_from_before_attach_holds_or_loses_what_it_points_to(tmp_path):
+    """A block allocated while traced whose only pointer is in a block from before attach: held
+    if that block is held, indirectly lost if it is lost, as valgrind says on the same binary;
+    the lost block from before attach counted apart."""
+    exe = build(tmp_path, "lost_before_attach.cpp")
+    theirs = valgrind_categories(exe, tmp_path, AFTER | BEFORE, commands="more\nexit\n")
+    _, report = traced_all(exe, tmp_path, command="more")
+    got = memhook_categories(report, AFTER)
+    assert got == {k: v for k, v in theirs.items() if k[0] in AFTER}
+    assert got[("held_by_old", "reachable")] == [1016, 1]
+    assert got[("lost_through_old", "indirectly_lost")] == [1032, 1]
+    assert got[("lost_after", "definitely_lost")] == [2096, 2]
+    before = report["leak_check"]["before_attach"]
+    assert before["definitely_lost_bytes"] == 800 + theirs[("main", "definitely_lost")][0] == 872
+
+
+def test_memhook_leaks_asks_the_memhook_already_tracing(tmp_path):
+    """A process a memhook traces already: `memhook leaks` cannot attach a second time; it asks
+    that memhook, which takes a snapshot with its check and prints it."""
+    target = Target(build(tmp_path, "lost_before_attach.cpp"))
+    try:
+        mh = Memhook(target.pid, tmp_path)
+        proc = run_memhook("leaks", "-p", target.pid)
+        assert proc.returncode == 0, proc.stderr
+        assert "asked it for a snapshot with a leak check" in proc.stdout
+        mh.lines.expect("snapshot 1 of PID")
+        line = mh.lines.expect("leak check at snapshot")
+        assert "(every thread stopped" in line
+        report = mh.stop()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    assert len(report["snapshots"]) == 1
+    check = report_json(mh.capture, "--snapshot", "1")["leak_check"]
+    assert check["when"] == "snapshot"
+    assert check["before_attach"]["definitely_lost_bytes"] == 800
