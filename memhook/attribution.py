@@ -45,7 +45,12 @@ RUNTIME_FUNCTIONS = (
     "mongo::mongoRealloc", "PyMem_Malloc", "PyMem_Calloc", "PyMem_Realloc", "PyMem_Raw*alloc",
     "PyObject_Malloc", "PyObject_Calloc", "PyObject_Realloc", "_PyMem_*", "_PyObject_Malloc",
     "_PyObject_Calloc", "_PyObject_Realloc", "pymalloc_*", "Allocator<*>::alloc",
-    "Allocator<*>::realloc", "AllocatorWithMemoryTracking<*>::allocate")
+    "Allocator<*>::realloc", "AllocatorWithMemoryTracking<*>::allocate") + (
+    # HotSpot's (libjvm.so): its C heap, its arenas and their chunk pool.
+    "os::malloc*", "os::realloc", "os::strdup*", "AllocateHeap", "ReallocateHeap",
+    "CHeapObj<*>::operator new*", "CHeapObjBase::operator new*", "Arena::grow",
+    "Arena::Amalloc*", "Arena::Arena", "Arena::Arealloc", "ChunkPool::allocate*",
+    "Chunk::operator new", "ResourceArea::allocate*", "MallocTracker::*")
 
 
 @dataclass(frozen=True)

@@ -45,24 +45,64 @@ class LiveView:
         rows, width = [], self.width()
         shown = [int(i) for i in np.argsort(-out.astype(np.float64))[:self.top] if out[i]]
         times, series = self.recorder.recent(shown, self.HISTORY)
+        check, lost = self.latest_check()
         for i in shown:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
             where = self.stack_line(symbolizer, offsets, frames, i,
-                                    width - 30 if width else None)  # (the columns before)
+                                    width - 30 - 12 * (lost is not None) if width else None)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
-                         f"{human_bytes(abs(growth))}/min", where))
+                         f"{human_bytes(abs(growth))}/min", where,
+                         "" if lost is None else human_bytes(lost.get(i, 0))))
         memory = self.part_lines(symbolizer, offsets, frames)
+        checked = self.check_lines(check)
+        lost_head = "" if lost is None else f"  {'LOST':>10}"
         if not self.tty:
-            return ([f"[{stamp}] {self.label}{head}"] + [f"  {b:>10}  {g:>14}  {w}"
-                                                          for b, g, w in rows]
+            return ([f"[{stamp}] {self.label}{head}"] + [f"  {self.label}{line}" for line in checked]
+                    + [f"  {b:>10}" + (f"  {x:>10}" if lost is not None else "")
+                       + f"  {g:>14}  {w}" for b, g, w, x in rows]
                     + [f"  {line}" for line in memory])
         elapsed = int(now - self.t0)
         return ([f"memhook  PID {self.session.pid}  attached "
                  f"{elapsed // 3600:02d}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  "
                  f"[{stamp}]  Ctrl-C detaches  {one_line(self.session.info.command)}"
-                 + (f"  ({self.session.libc})" if self.session.libc else ""), head, "",
-                 f"{'OUTSTANDING':>12}  {'GROWTH':>14}  WHERE"]
-                + [f"{b:>12}  {g:>14}  {w}" for b, g, w in rows] + [""] + memory)
+                 + (f"  ({self.session.libc})" if self.session.libc else ""), head] + checked
+                + ["", f"{'OUTSTANDING':>12}{lost_head}  {'GROWTH':>14}  WHERE"]
+                + [f"{b:>12}" + (f"  {x:>10}" if lost is not None else "") + f"  {g:>14}  {w}"
+                   for b, g, w, x in rows] + [""] + memory)
+
+    def latest_check(self) -> tuple[dict | None, dict | None]:
+        """The last leak check of the session (taken with a snapshot: SIGUSR1, `memhook leaks
+        -p`, --snapshot-when, --snapshot-interval) and its lost bytes per stack (definitely and
+        indirectly), or None before the first or when it was skipped."""
+        from .reachability import categories
+        snaps = [s for s in self.recorder.snapshots if s.get("leak_check")]
+        if not snaps:
+            return None, None
+        check = dict(snaps[-1]["leak_check"], number=snaps[-1]["number"],
+                     time_s=snaps[-1]["time_s"])
+        per = categories.per_stack({"leak_check": check})
+        return check, None if per is None else {k: categories.lost_bytes(v)
+                                                for k, v in per.items()}
+
+    def check_lines(self, check: dict | None) -> list[str]:
+        """'leak check at snapshot 2 (41 s ago): lost 23 KiB in 477 blocks; ...', or why the
+        last was skipped."""
+        from .reachability import categories
+        if check is None:
+            return []
+        ago = f"{max(0.0, self.recorder.seconds() - check['time_s']):.0f} s ago"
+        where = f"leak check at snapshot {check['number']} ({ago})"
+        if check.get("skipped"):
+            return [f"{where}: skipped: {check['skipped']}"]
+        s = categories.summary({"leak_check": check})
+        t, before = s["totals"], s["before_attach"]
+        lost = categories.lost_bytes(t) + categories.lost_bytes(before)
+        blocks = sum(x["definitely_lost_count"] + x["indirectly_lost_count"] for x in (t, before))
+        return [f"{where}: lost {human_bytes(lost)} in {blocks} blocks"
+                + (f" ({human_bytes(categories.lost_bytes(before))} of them from before attach)"
+                   if categories.lost_bytes(before) else "")
+                + f"; possibly lost {human_bytes(t['possibly_lost_bytes'])}; threads stopped "
+                f"{check['pause_ms']:.1f} ms"]
 
     PARTS_SHOWN = 6
 

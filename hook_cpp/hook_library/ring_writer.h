@@ -123,7 +123,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
   t.ring = nullptr;
   t.generation = 0;
   t.tid = (uint32_t)syscall(SYS_gettid);
-  // pthread_getattr_np holds the thread's own lock around its reallocs: they must pass through.
+  // (Without /proc, pthread_getattr_np's reallocs must pass through: thread_state.h.)
   uint32_t was = t.in_hook;
   t.in_hook = 1;
   thread_stack_bounds(t);

@@ -64,6 +64,55 @@ struct Guard {
   }
 };
 
+// The mapping that holds `addr`, [*lo, *hi), from /proc/self/maps read with raw system calls
+// into this frame's buffer: no lock of glibc's taken, no allocation, no cancellation point.
+// False where /proc is not mounted, or no mapping holds it.
+inline bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
+  const int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[2048];
+  size_t have = 0;
+  bool found = false, skipping = false;  // skipping: the rest of a line longer than buf
+  for (;;) {
+    const long n = syscall(SYS_read, fd, buf + have, sizeof buf - have);
+    if (n <= 0) break;
+    have += size_t(n);
+    size_t at = 0;
+    for (;;) {
+      const char* nl = buf + at;  // (loops, not memchr and memmove: no new PLT entries)
+      while (nl < buf + have && *nl != '\n') nl++;
+      if (nl == buf + have) break;
+      if (!skipping) {  // "lo-hi perms ...": two hex numbers
+        uintptr_t a = 0, b = 0;
+        const char* c = buf + at;
+        for (; *c != '-' && c < nl; c++) a = a * 16 + uintptr_t(*c <= '9' ? *c - '0' : *c - 'a' + 10);
+        for (c++; *c != ' ' && c < nl; c++) b = b * 16 + uintptr_t(*c <= '9' ? *c - '0' : *c - 'a' + 10);
+        if (addr >= a && addr < b) {
+          *lo = a, *hi = b;
+          found = true;
+          break;
+        }
+      }
+      skipping = false;
+      at = size_t(nl - buf) + 1;
+    }
+    if (found) break;
+    if (at == 0 && have == sizeof buf) {  // a line longer than the buffer: its head was read
+      skipping = true;
+      at = have;
+    }
+    for (size_t i = at; i < have; i++) buf[i - at] = buf[i];
+    have -= at;
+  }
+  syscall(SYS_close, fd);
+  return found;
+}
+
+// Where this thread's stack lies: the main thread's bounds memhook gave; another thread's, the
+// mapping its stack pointer is in. Not pthread_getattr_np: it holds the thread's own lock around
+// a realloc, so a thread whose first event of the session was that realloc (the JVM asks at
+// every thread's start) waited for itself. Only without /proc is it asked (glibc's reallocs
+// then pass through: the guard is set).
 void thread_stack_bounds(ThreadState& t) {
   if (t.tid == (uint32_t)g_ctl->target_pid) {
     t.stack_lo = g_main_stack_lo;
@@ -71,9 +120,15 @@ void thread_stack_bounds(ThreadState& t) {
     return;
   }
   t.stack_lo = t.stack_hi = 0;
+  uintptr_t lo, hi;
+  stack_t ss;  // (in a handler on the alternate signal stack, that is not the thread's stack)
+  const bool on_alternate = syscall(SYS_sigaltstack, nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK);
+  if (!on_alternate && mapping_of((uintptr_t)__builtin_frame_address(0), &lo, &hi)) {
+    t.stack_lo = lo;
+    t.stack_hi = hi;
+    return;
+  }
   pthread_attr_t attr;
-  // Non-main threads: glibc reads the bounds from the thread descriptor (its affinity query may
-  // realloc; that goes to the real allocator because the guard is set).
   if (pthread_getattr_np(pthread_self(), &attr) == 0) {
     void* addr;
     size_t size;

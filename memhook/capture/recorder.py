@@ -137,6 +137,10 @@ class Recorder:
         self.writer.json(b"META", {"totals": totals_now(self.session, totals),
                                    "duration_s": round(time.monotonic() - self._t0, 3)})
 
+    def seconds(self) -> float:
+        """Seconds since recording began: what snapshots' time_s counts."""
+        return time.monotonic() - self._t0
+
     def snapshot(self, reason: str, number: int | None = None) -> dict:
         """The aggregates now, kept as snapshot `number` (the next one unless given) and written
         at once as a SNAP block after a checkpoint (its stacks in the file before it)."""

@@ -3,6 +3,7 @@ attached to, compared stack by stack with valgrind's own on the same binary."""
 from __future__ import annotations
 
 import collections
+import os
 import re
 import shutil
 import signal
@@ -12,7 +13,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, build, memhook_cmd, report_json, run_memhook, traced
+from conftest import (TARGETS, Lines, Memhook, Target, build, memhook_cmd, report_json,
+                      run_memhook, traced)
 from conftest import report as report_text
 
 # The target's cases (tests/targets/reachability.c): a stack is named by its functions there.
@@ -378,3 +380,38 @@ def test_memhook_leaks_asks_the_memhook_already_tracing(tmp_path):
     check = report_json(mh.capture, "--snapshot", "1")["leak_check"]
     assert check["when"] == "snapshot"
     assert check["before_attach"]["definitely_lost_bytes"] == 800
+
+
+def test_the_live_view_shows_the_last_check(tmp_path):
+    """The live view carries the last check (a snapshot's: `memhook leaks -p` on a traced
+    process asks for one): its line, and a LOST column, the lost bytes of each stack."""
+    target = Target(build(tmp_path, "lost_before_attach.cpp"))
+    mh = subprocess.Popen(memhook_cmd("-p", target.pid, "--interval", "0.3"), cwd="/",
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(os.environ, COLUMNS="300"))  # (lines not cut short)
+    try:
+        lines = Lines(mh.stdout)
+        lines.expect("attached")
+        lines.expect("outstanding")
+        assert not any("leak check" in x for x in [lines.expect("outstanding")])
+        target.command("more")
+        assert run_memhook("leaks", "-p", target.pid).returncode == 0
+        lines.expect("snapshot 1 of PID")
+        head = lines.expect("leak check at snapshot 1 (")
+        # 2096 B definitely lost by lost_after, 1032 B indirectly (lost_through_old), and the
+        # 872 B lost before attach.
+        assert "lost 3.9 KiB in 12 blocks (872 B of them from before attach)" in head, head
+        rows = []
+        while not any("lost_after" in x for x in rows):
+            rows.append(lines.expect("B/min"))
+        row = next(x for x in rows if "lost_after" in x)
+        assert re.match(r"\s+2\.0 KiB\s+2\.0 KiB\s+[+-]", row), row
+        held = next((x for x in rows if "held_by_old" in x), None)
+        assert held is None or re.match(r"\s+1016 B\s+0 B\s+[+-]", held), held
+        mh.send_signal(signal.SIGINT)
+        mh.wait(60)
+        assert mh.returncode == 0
+        assert target.finish() == 0
+    finally:
+        mh.kill()
+        target.kill()

@@ -371,6 +371,27 @@ def test_operator_new_array_as_a_threads_first_event(tmp_path, targets):
     assert target.finish() == 0
 
 
+def test_a_threads_first_event_inside_pthread_getattr_np(tmp_path, targets):
+    """pthread_getattr_np holds the thread's own lock around its realloc: a thread whose first
+    event of the session was that realloc (the JVM asks at every thread's start) once asked
+    pthread_getattr_np for its stack bounds in the hook and waited for itself for ever. The
+    bounds come from the thread's mapping now: it answers, and its stack is whole."""
+    target = targets(build(tmp_path, "getattr_first.c"))
+    for _ in range(2):  # (each session: a first event again)
+        mh = Memhook(target.pid, tmp_path)
+        size = target.ask("getattr", "stack")  # a deadlock times this out
+        report = mh.stop()
+        assert int(size.split()[1]) >= 64 << 10
+        asked = [s for s in report["sites"] if any(f.get("function") == "ask_stack"
+                                                   for f in s["frames"])]
+        assert asked and all(s["outstanding_bytes"] == 0 for s in asked)
+        for s in asked:  # whole: up through the thread's start
+            names = [f.get("function") for f in s["frames"]]
+            assert names.index("ask_stack") + 1 == names.index("worker"), names
+            assert "start_thread" in names, names
+    assert target.finish() == 0
+
+
 def test_gdb_reads_no_library_while_the_target_is_stopped(tmp_path, targets):
     """What GDB reads while the target is stopped is what the target waits for: memhook has it
     read the executable before it attaches and no shared library at all (10-80 ms on real

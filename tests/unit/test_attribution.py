@@ -74,6 +74,17 @@ def test_attributed_frame():
                     "realloc<>(unsigned long)")]
     assert attribution.attributed(clickhouse) == 1
     assert attribution.attributed([f("xmalloc_table"), f("main")]) == 0
+    jvm = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"  # HotSpot's C heap, arenas
+    hotspot = [f("os::malloc(unsigned long, MEMFLAGS, NativeCallStack const&)", jvm),
+               f("AllocateHeap(unsigned long, MEMFLAGS, AllocFailStrategy::AllocFailEnum)", jvm),
+               f("OopMapCache::OopMapCache()", jvm)]
+    assert attribution.attributed(hotspot) == 2
+    arena = [f("os::malloc(unsigned long, MEMFLAGS)", jvm),
+             f("ChunkPool::allocate(unsigned long, AllocFailStrategy::AllocFailEnum)", jvm),
+             f("Arena::grow(unsigned long, AllocFailStrategy::AllocFailEnum)", jvm),
+             f("Arena::Arealloc(void*, unsigned long, unsigned long)", jvm),
+             f("LinearScan::build_intervals()", jvm)]
+    assert attribution.attributed(arena) == 4
     mine = attribution.Rules.with_user(functions=["remember_*"], modules=["app"])
     assert attribution.attributed(through_libstdcxx, mine) == 0  # all runtime now
 

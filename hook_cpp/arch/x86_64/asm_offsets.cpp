@@ -2,10 +2,15 @@
 // definitions, so that the assembly names what it reads (TS_GENERATION(%r11), not %fs:56) and
 // cannot drift from the layout. Also checks the assumptions the assembly makes that a number
 // cannot carry. Built and run on the build host (as the kernel's asm-offsets are).
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 
