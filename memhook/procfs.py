@@ -151,6 +151,13 @@ def _denied(pid: int) -> TargetError:
     return TargetError(f"not allowed to inspect PID {pid}: run memhook as root (sudo)")
 
 
+def status(pid: int) -> dict:
+    """/proc/PID/status as field -> value (the text after the colon, stripped). OSError if
+    it cannot be read."""
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
 def memory(pid: int) -> dict:
     """Resident, anonymous resident and [heap] bytes of the process now (0 when gone)."""
     out = {"rss_bytes": 0, "anon_bytes": 0, "heap_bytes": 0}

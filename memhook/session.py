@@ -40,6 +40,7 @@ class Options:
     lossless: bool = False  # every event may wait so (else one wait per half ring emptied)
     reachability: bool = True  # the leak check at detach (reachability/check.py)
     max_pause_ms: float = 200.0  # the longest it may stop the target
+    check_by: str = "fork"  # fork: read the target's copy; stop: read it stopped (check.py)
 
     @property
     def size_filter(self) -> bool:

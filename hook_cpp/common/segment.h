@@ -21,12 +21,13 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 20;
+constexpr uint32_t kVersion = 21;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
 constexpr int kMaxSlots = 8192;
 constexpr uint32_t kMaxRings = 254;   // ring numbers 1..254 fit a dependency's 8 bits
+constexpr int kCallRegs = 32;        // Control::call_regs: a thread's registers (NT_PRSTATUS)
 constexpr int kTableBits = 22;        // address table: 4 Mi entries, 32 MiB (touched pages only)
 constexpr uint64_t kTimeEveryBytes = 4096;  // ring bytes between a thread's TSC records
 constexpr uint32_t kCheckEvery = 32;  // TSC records between a thread's heartbeat checks
@@ -179,7 +180,16 @@ struct alignas(64) Control {
   uint32_t check_at_exit;
   uint32_t exit_state;
   uint32_t pad3;
+  // A system call a stopped thread is made to make for the leak check (reachability/
+  // forked_image.h, arch/*/syscall_stub.S): memhook writes here the registers the thread must
+  // have after it (a system call it was interrupted in set to restart), and the stub puts them
+  // back itself: a thread memhook leaves mid-way (killed) goes on as it would have. call_state:
+  // CallState; memhook writes the registers only once the last thread has taken its own.
+  uint64_t call_regs[kCallRegs];
+  uint32_t call_state;
+  uint32_t pad4;
 };
+enum CallState : uint32_t { kCallFree = 0, kCallArmed = 1, kCallTaken = 2 };
 enum ExitState : uint32_t { kExitNone = 0, kExitAnnounced = 1, kExitDone = 2 };
 constexpr uint64_t kMaxWaitNs = 60000000000ull;  // --max-wait's bound: a minute per event
 

@@ -167,22 +167,26 @@ py::list before_attach_lost(const Consumer& c, const std::vector<reachability::B
 // BEFORE_ATTACH: the census's blocks, whose stacks nobody saw).
 py::dict check_leaks(Consumer& c, int pid,
                      const std::vector<std::pair<uint64_t, uint64_t>>& not_roots,
-                     bool heaps_known, double max_pause_ms) {
+                     bool heaps_known, double max_pause_ms, uint64_t fork_stub) {
   std::vector<reachability::Range> exclude;
   for (auto& [lo, hi] : not_roots) exclude.push_back({lo, hi});
   reachability::LeakCheck r;
   {
     py::gil_scoped_release release;
+    decltype(c.lock()) held;
     // The consumer catches up first, while the target runs: what is left for the pause is
     // what the threads publish meanwhile (a burst's backlog took 200 ms of it).
     const uint64_t until = monotonic_ns() + 2000000000ull;
     while (c.drain(false) >= 4096 && monotonic_ns() < until) {
     }
-    r = reachability::check_leaks(pid, exclude, heaps_known, uint64_t(max_pause_ms * 1e6), [&] {
+    r = reachability::check_leaks(pid, exclude, heaps_known, uint64_t(max_pause_ms * 1e6),
+                                  fork_stub, c.control_for_calls(), [&] {
       c.drain(false);  // what the stopped threads published, then what that let through
       c.drain(false);
+      held = c.lock();  // no drain (its thread's) until the blocks are taken: the moment's
+    }, [&] {
       std::vector<reachability::Block> blocks;
-      auto lock = c.lock();
+      auto lock = std::move(held);
       for (const LiveMap::Block& b : c.aggregates().live().entries())
         if (b.key) blocks.push_back({b.key, b.size, b.stack});
       if (const census::CensusBlocks* cb = c.aggregates().census())
@@ -197,6 +201,14 @@ py::dict check_leaks(Consumer& c, int pid,
   d["stop_ms"] = r.stop_ns / 1e6;
   d["drain_ms"] = r.drain_ns / 1e6;
   d["scan_ms"] = r.scan_ns / 1e6;
+  if (r.forked) {  // read from the target's copy: the scan was not part of the pause
+    d["forked"] = true;
+    d["fork_ms"] = r.fork_ns / 1e6;
+    d["reap_ms"] = r.reap_ns / 1e6;
+    if (r.not_reaped) d["not_reaped"] = true;
+  } else if (!r.fork_failed.empty()) {
+    d["fork_failed"] = r.fork_failed;
+  }
   d["threads"] = r.threads;
   d["bytes_read"] = r.bytes_read;
   d["unreadable_bytes"] = r.unreadable_bytes;
@@ -744,7 +756,7 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("live_blocks", &live_blocks)
       .def("check_leaks", &check_leaks, py::arg("pid"), py::arg("not_roots"),
-           py::arg("heaps_known"), py::arg("max_pause_ms"))
+           py::arg("heaps_known"), py::arg("max_pause_ms"), py::arg("fork_stub") = 0)
       .def("behaviour", &behaviour)
       .def("take_events", &take_events)
       .def("late_slots", &late_slots)

@@ -200,6 +200,8 @@ class Consumer {
     return {state, std::vector<uint64_t>(ctl_->stats, ctl_->stats + kStatsValues)};
   }
   const Control& control() const { return *ctl_; }
+  // Where the leak check leaves a thread's registers for the syscall stub (forked_image.h).
+  Control* control_for_calls() { return ctl_; }
   uint64_t applied() const { return reader_->applied(); }
   uint64_t unordered() const { return reader_->unordered(); }
   uint64_t busy_ns() const { return busy_ns_; }

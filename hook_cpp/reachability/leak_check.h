@@ -13,11 +13,13 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dynamic_tls.h"
+#include "forked_image.h"
 #include "interior_heuristics.h"
 #include "leak_marking.h"
 #include "roots.h"
@@ -26,13 +28,22 @@
 
 namespace memhook::reachability {
 
+// A scan of the target's copy runs while the target does: bounded by time, not by the pause.
+constexpr uint64_t kForkedScanLimitNs = 60000000000ull;
+// How long a thread of the target may take to stop for the wait4() that reaps its copy.
+constexpr uint64_t kReapWaitNs = 1000000000ull;
+
 struct LeakCheck {
   std::string skipped;  // why no answer (then nothing below counts)
+  bool forked = false;  // read from a copy-on-write image (forked_image.h), the target let go
+  std::string fork_failed;  // why no copy was made, when one was asked for
+  bool not_reaped = false;  // the copy could not be reaped by the target: a zombie of its
   std::vector<Block> blocks;  // each with its state
   RootRanges roots;
   uint32_t threads = 0;
   // The pause, and within it: stopping the threads, the consumer's catching up, the scan.
-  uint64_t pause_ns = 0, stop_ns = 0, drain_ns = 0, scan_ns = 0;
+  uint64_t pause_ns = 0, stop_ns = 0, drain_ns = 0, fork_ns = 0, scan_ns = 0;
+  uint64_t reap_ns = 0;  // after the scan: one thread held while it reaped its copy
   uint64_t bytes_read = 0, unreadable_bytes = 0;
 };
 
@@ -169,70 +180,122 @@ class BlockReader {
   uint64_t bytes_ = 0, unreadable_ = 0, tick_ = 0;
 };
 
-// `take_blocks` runs with every thread stopped and returns the blocks live at that moment.
-// On its own thread, which ends with the check: see thread_stop.h.
+// `catch_up` runs with every thread stopped: the caller takes in what the threads published;
+// `take_blocks` then returns the blocks live at that moment (with the threads stopped still,
+// or after they were let go when reading a copy: the caller takes in nothing meanwhile).
+// `fork_stub`: the hook library's syscall stub, to read a copy-on-write image of the target
+// (forked_image.h) while it runs on (`ctl`: the segment's Control, as memhook maps it); 0, or
+// a copy that cannot be made: read with the threads stopped, within `max_pause_ns`. On its own
+// thread, which ends with the check: see
+// thread_stop.h.
 inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool heaps_known,
-                             uint64_t max_pause_ns,
+                             uint64_t max_pause_ns, uint64_t fork_stub, Control* ctl,
+                             const std::function<void()>& catch_up,
                              const std::function<std::vector<Block>()>& take_blocks) {
   LeakCheck out;
   std::thread worker([&] {
     const std::string proc = "/proc/" + std::to_string(pid);
-    const int mem = open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-    const int pagemap = open((proc + "/pagemap").c_str(), O_RDONLY | O_CLOEXEC);
+    int mem = open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+    int pagemap = open((proc + "/pagemap").c_str(), O_RDONLY | O_CLOEXEC);
     const uint64_t t0 = monotonic_ns(), deadline = t0 + max_pause_ns;
+    uint64_t scan_deadline = deadline;
+    ForkedImage image;
+    std::vector<StoppedThread> threads;
+    std::unique_ptr<Marking> marking;
     {
       StoppedThreads stopped;
+      bool held = false;
       if (mem < 0) {
         out.skipped = "cannot read the target's memory";
-      } else if (stopped.stop(pid, deadline, &out.skipped)) {
+      } else if ((held = stopped.stop(pid, deadline, &out.skipped))) {
         out.threads = uint32_t(stopped.threads().size());
         const uint64_t t1 = monotonic_ns();
         out.stop_ns = t1 - t0;
-        Marking marking(take_blocks());
-        const uint64_t t2 = monotonic_ns();
-        out.drain_ns = t2 - t1;
-        out.roots = root_ranges(pid, marking.blocks(), stopped.threads(), exclude, heaps_known);
+        catch_up();
+        const uint64_t t_fork = monotonic_ns();
+        out.drain_ns = t_fork - t1;
+        if (fork_stub && image.take(pid, stopped.mutable_threads(), fork_stub, ctl,
+                                    &out.fork_failed)) {
+          const std::string copy = "/proc/" + std::to_string(image.pid());
+          const int cm = open((copy + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+          const int cp = open((copy + "/pagemap").c_str(), O_RDONLY | O_CLOEXEC);
+          if (cm >= 0) {  // the copy's memory is read from here on: the target may run
+            close(mem);
+            if (pagemap >= 0) close(pagemap);
+            mem = cm, pagemap = cp;
+            out.forked = true;
+            out.fork_ns = monotonic_ns() - t_fork;
+            scan_deadline = monotonic_ns() + kForkedScanLimitNs;
+          } else if (cp >= 0) {
+            close(cp);
+          }
+        }
+      }
+      threads = stopped.threads();
+      if (out.forked) {  // the pause ends here
+        stopped.resume();
+        out.pause_ns = monotonic_ns() - t0;
+      }
+      if (held) {
+        const uint64_t t = monotonic_ns();
+        marking = std::make_unique<Marking>(take_blocks());
+        out.drain_ns += out.forked ? 0 : monotonic_ns() - t;
+        // The maps as the blocks were: the copy's (made with every thread stopped), or the
+        // stopped target's.
+        out.roots = root_ranges(out.forked ? image.pid() : pid, marking->blocks(), threads,
+                                exclude, heaps_known);
+      }
+      const uint64_t t2 = monotonic_ns();
+      if (marking) {
+        const int reading = out.forked ? image.pid() : pid;
         if (heaps_known) {  // (otherwise the heap's gaps, these blocks among them, are roots)
           census::TargetMemory tm(mem);
-          for (const Range& r : dynamic_tls_blocks(tm, stopped.threads())) {
+          for (const Range& r : dynamic_tls_blocks(tm, threads)) {
             out.roots.ranges.push_back(r);
             out.roots.add(r);
           }
         }
-        BlockReader reader(pid, mem, pagemap);
+        BlockReader reader(reading, mem, pagemap);
         auto word = [&](uint64_t a, uint64_t* v) { return reader.word(a, v); };
         InteriorHeuristics<decltype(word)> heuristics(word, out.roots.readable_files,
                                                       out.roots.executable_files);
-        marking.heuristic = [&](const Block& b, uint64_t p) { return heuristics(b, p); };
-        auto more = [&] { return monotonic_ns() < deadline; };
-        for (const StoppedThread& t : stopped.threads())
-          marking.scan(t.regs.data(), t.regs.size(), true);
+        marking->heuristic = [&](const Block& b, uint64_t p) { return heuristics(b, p); };
+        auto more = [&] { return monotonic_ns() < scan_deadline; };
+        for (const StoppedThread& t : threads) marking->scan(t.regs.data(), t.regs.size(), true);
         bool done = true;
         for (const Range& r : out.roots.ranges) {
-          reader.range(r.lo, r.hi, [&](const uint64_t* w, size_t n) { marking.scan(w, n, true); });
-          if (!(done = marking.run([&](const auto& which, auto fn) {
-                  reader.blocks(marking.blocks(), which, fn);
+          reader.range(r.lo, r.hi, [&](const uint64_t* w, size_t n) { marking->scan(w, n, true); });
+          if (!(done = marking->run([&](const auto& which, auto fn) {
+                  reader.blocks(marking->blocks(), which, fn);
                 }, more)))
             break;
         }
         if (done)
-          done = marking.cliques([&](const auto& which, auto fn) {
-            reader.blocks(marking.blocks(), which, fn);
+          done = marking->cliques([&](const auto& which, auto fn) {
+            reader.blocks(marking->blocks(), which, fn);
           }, more);
         out.scan_ns = monotonic_ns() - t2;
         out.bytes_read = reader.bytes();
         out.unreadable_bytes = reader.unreadable();
-        if (!done)
+        if (!done && out.forked)
+          out.skipped = "the scan of the target's copy took longer than " +
+                        std::to_string(kForkedScanLimitNs / 1000000000) + " s";
+        else if (!done)
           out.skipped = "the check would have paused the target longer than --max-pause (" +
                         std::to_string(max_pause_ns / 1000000) + " ms)";
         else
-          out.blocks = std::move(marking.blocks());
+          out.blocks = std::move(marking->blocks());
       }
-      stopped.resume();
-      out.pause_ns = monotonic_ns() - t0;
+      if (!out.forked) {
+        stopped.resume();
+        out.pause_ns = monotonic_ns() - t0;
+      }
     }
     if (mem >= 0) close(mem);
     if (pagemap >= 0) close(pagemap);
+    if (image.pid() && !image.release(pid, fork_stub, ctl, monotonic_ns() + kReapWaitNs,
+                                      &out.reap_ns))
+      out.not_reaped = true;
   });
   worker.join();
   return out;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -28,7 +29,9 @@ namespace memhook::reachability {
 struct StoppedThread {
   int tid;
   int signal = 0;  // a signal the thread stopped to take: given back at detach
-  std::vector<uint64_t> regs;
+  std::vector<int> more_signals;  // signals that came while it made a call for memhook
+  std::vector<uint64_t> regs;     // (forked_image.h): sent again after detach
+  bool in_call = false;  // stopped at the end of that call: no signal can be handed at detach
   uint64_t sp() const {
     return regs.size() > arch::kRegsStackPointer ? regs[arch::kRegsStackPointer] : 0;
   }
@@ -42,6 +45,7 @@ class StoppedThreads {
   // thread cannot be seized (another tracer) or does not stop by `deadline_ns`; the threads
   // stopped so far are let go by resume() or by this thread's exit.
   bool stop(int pid, uint64_t deadline_ns, std::string* why) {
+    pid_ = pid;
     for (;;) {
       std::vector<int> fresh;
       for (int tid : tids(pid))
@@ -57,48 +61,44 @@ class StoppedThreads {
         seized_.insert(tid);
         ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
       }
-      for (int tid : fresh) {
-        if (!seized_.count(tid)) continue;
-        int st = 0;
-        for (;;) {
-          const pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
-          if (r == tid) break;
-          if (r < 0 || monotonic_ns() > deadline_ns) {
-            *why = r < 0 ? "lost thread " + std::to_string(tid)
-                         : "thread " + std::to_string(tid) + " did not stop in time (state D?)";
-            return false;
-          }
-          struct timespec ts = {0, 20000};
-          nanosleep(&ts, nullptr);
-        }
-        if (WIFEXITED(st) || WIFSIGNALED(st)) {
-          seized_.erase(tid);
-          continue;
-        }
-        StoppedThread t{tid};
-        // A stop to take a signal (a seized thread's interrupt and group stops carry an event
-        // in the high bits): the signal is given back at detach, a SIGTRAP too.
-        if (WIFSTOPPED(st) && (st >> 16) == 0) t.signal = WSTOPSIG(st);
-        t.regs.assign(64, 0);
-        struct iovec io = {t.regs.data(), t.regs.size() * 8};
-        if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) {
-          *why = "cannot read the registers of thread " + std::to_string(tid);
-          threads_.push_back(t);
-          return false;
-        }
-        t.regs.resize(io.iov_len / 8);
-        threads_.push_back(std::move(t));
-      }
+      for (int tid : fresh)
+        if (seized_.count(tid) && !held(tid, deadline_ns, why)) return false;
     }
     return true;
   }
 
-  const std::vector<StoppedThread>& threads() const { return threads_; }
+  // One thread of `pid` stopped (the first that can be), for a call it is made to make.
+  bool stop_one(int pid, uint64_t deadline_ns, std::string* why) {
+    pid_ = pid;
+    for (int tid : tids(pid)) {
+      if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) continue;
+      seized_.insert(tid);
+      ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
+      if (held(tid, deadline_ns, why) && !threads_.empty()) return true;
+    }
+    if (why->empty()) *why = "no thread of PID " + std::to_string(pid) + " could be stopped";
+    return false;
+  }
 
-  // Let every stopped thread go (a signal it stopped for delivered as it would have been).
+  const std::vector<StoppedThread>& threads() const { return threads_; }
+  std::vector<StoppedThread>& mutable_threads() { return threads_; }
+
+  // Let every stopped thread go (a signal it stopped for delivered as it would have been, and
+  // those that came while it made a call for memhook sent again).
   void resume() {
-    for (const StoppedThread& t : threads_)
-      ptrace(PTRACE_DETACH, t.tid, nullptr, (void*)(uintptr_t)t.signal);
+    for (StoppedThread& t : threads_) {
+      std::vector<int> later = t.more_signals;
+      int now = t.signal;
+      if (t.in_call) {  // (at a system call's stop a signal cannot be handed over: sent)
+        if (now) later.insert(later.begin(), now);
+        now = 0;
+      } else if (!now && !later.empty()) {
+        now = later.front();
+        later.erase(later.begin());
+      }
+      ptrace(PTRACE_DETACH, t.tid, nullptr, (void*)(uintptr_t)now);
+      for (int sig : later) syscall(SYS_tgkill, pid_, t.tid, sig);
+    }
     threads_.clear();
     seized_.clear();
   }
@@ -115,6 +115,42 @@ class StoppedThreads {
     return out;
   }
 
+  // Seized thread `tid` stopped by `deadline_ns`, its registers read: false (with `why`) if
+  // it did not stop in time or its registers cannot be read; true if it stopped, or exited.
+  bool held(int tid, uint64_t deadline_ns, std::string* why) {
+    int st = 0;
+    for (;;) {
+      const pid_t r = waitpid(tid, &st, __WALL | WNOHANG);
+      if (r == tid) break;
+      if (r < 0 || monotonic_ns() > deadline_ns) {
+        *why = r < 0 ? "lost thread " + std::to_string(tid)
+                     : "thread " + std::to_string(tid) + " did not stop in time (state D?)";
+        return false;
+      }
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+      seized_.erase(tid);
+      return true;
+    }
+    StoppedThread t{tid};
+    // A stop to take a signal (a seized thread's interrupt and group stops carry an event in
+    // the high bits): the signal is given back at detach, a SIGTRAP too.
+    if (WIFSTOPPED(st) && (st >> 16) == 0) t.signal = WSTOPSIG(st);
+    t.regs.assign(64, 0);
+    struct iovec io = {t.regs.data(), t.regs.size() * 8};
+    if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) {
+      *why = "cannot read the registers of thread " + std::to_string(tid);
+      threads_.push_back(t);
+      return false;
+    }
+    t.regs.resize(io.iov_len / 8);
+    threads_.push_back(std::move(t));
+    return true;
+  }
+
+  int pid_ = 0;
   std::set<int> seized_;
   std::vector<StoppedThread> threads_;
 };

@@ -85,6 +85,10 @@ def add_tracing_arguments(p: Parser) -> None:
                    help="the longest the leak check at detach may stop the target, in "
                    f"milliseconds (200ms, 0.2s; default {Options.max_pause_ms:g}); beyond it "
                    "the check is skipped and the report says so")
+    p.add_argument("--check-by", choices=("fork", "stop"), default=Options.check_by,
+                   help="how the leak check reads the target: fork (the default: a "
+                   "copy-on-write copy it makes of itself, read while it runs on; the pause "
+                   "is the copy's), stop (every thread stopped for the whole scan)")
     p.add_argument("--no-reachability", dest="reachability", action="store_false",
                    help="no leak check at detach (which blocks no pointer reaches): suspects "
                    "by growth only")
@@ -141,7 +145,8 @@ def tracing_setup(a) -> tuple[Options, list]:
                    sample_rate=a.sample_rate, library_dir=a.library_dir,
                    heap_census=a.heap_census, follow_forks=a.follow_fork,
                    max_wait_s=a.max_wait, lossless=a.lossless,
-                   reachability=a.reachability, max_pause_ms=a.max_pause)
+                   reachability=a.reachability, max_pause_ms=a.max_pause,
+                   check_by=a.check_by)
     try:
         opts.check()
         suppressions.check_arguments(a)  # (a bad file is said now, not after the session)

@@ -36,7 +36,7 @@ def summary(meta: dict) -> dict | None:
         return None
     out = {k: lc[k] for k in ("when", "pause_ms", "stop_ms", "drain_ms", "scan_ms", "threads",
                               "bytes_read", "unreadable_bytes", "root_bytes", "heaps_known",
-                              "max_pause_ms", "skipped", "note", "before_attach_lost")
+                              "max_pause_ms", "skipped", "note", "before_attach_lost", "forked", "fork_ms", "reap_ms")
            if k in lc}
     rows = lc.get("stacks")
     if rows is not None:

@@ -255,7 +255,9 @@ def leak_check_lines(check: dict | None, shown: int = 5) -> list[str]:
     t, before = check["totals"], check["before_attach"]
     lines = [f"  leak check at {check.get('when', 'detach')} (every thread stopped "
              f"{check['pause_ms']:.1f} ms, "
-             f"{human_bytes(check['bytes_read'])} scanned): "
+             + (f"the copy it made of itself read in {check['scan_ms']:.0f} ms after, "
+                if check.get("forked") else "")
+             + f"{human_bytes(check['bytes_read'])} scanned): "
              + "; ".join(f"{categories.WORDS[c]} {t[c + '_bytes']} bytes in "
                          f"{t[c + '_count']} blocks" for c in categories.CATEGORIES)]
     if any(before.values()):

@@ -168,12 +168,12 @@ def tracer_of(pid: int) -> int:
 
 
 def test_memhook_killed_during_the_check_leaves_the_target_running(tmp_path):
-    """memhook killed with -9 while every thread is held for the check (a 1 GiB heap takes
-    about half a second to scan): the kernel lets the threads go with their tracer, and the
-    target runs on, answers, and ends cleanly."""
+    """memhook killed with -9 while every thread is held for the check (--check-by stop: a
+    1 GiB heap takes about half a second to scan): the kernel lets the threads go with their
+    tracer, and the target runs on, answers, and ends cleanly."""
     target = Target(build(tmp_path, "held_heap.c", flags=["-O2"]))
     try:
-        mh = Memhook(target.pid, tmp_path, "--max-pause", "60000")
+        mh = Memhook(target.pid, tmp_path, "--max-pause", "60000", "--check-by", "stop")
         target.command("fill 1024 4096")
         mh.proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + 60
@@ -415,3 +415,110 @@ def test_the_live_view_shows_the_last_check(tmp_path):
     finally:
         mh.kill()
         target.kill()
+
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process whose parent is `pid`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append((int(d), fields[0]))
+    return out
+
+
+def test_a_large_heap_is_read_from_the_targets_copy(tmp_path):
+    """By default the check reads a copy-on-write copy the target makes of itself (clone() at
+    the hook library's stub) while it runs on: the pause is the copy's, a fraction of the
+    stopped scan's, and the answer the same block for block; the copy is reaped."""
+    target = Target(build(tmp_path, "held_heap.c", flags=["-O2"]))
+    try:
+        target.ask("fill 512 1024", "blocks")
+        got = {}
+        for how in ("stop", "fork"):
+            cap = tmp_path / f"{how}.mh"
+            proc = run_memhook("leaks", "-p", target.pid, "--check-by", how, "--max-pause",
+                               "10000", "-o", cap)
+            assert proc.returncode == 23, proc.stderr
+            got[how] = report_json(cap)["leak_check"]
+            assert not children(target.pid)  # the copy reaped (by the target: wait4)
+        target.command("ping")
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    stop, fork = got["stop"], got["fork"]
+    assert fork["forked"] and "forked" not in stop
+    # (the second session sees the first's loader blocks for the hook library: reachable,
+    # one possibly lost, docs/limitations.md)
+    for k in ("definitely_lost_count", "definitely_lost_bytes", "indirectly_lost_count"):
+        assert fork["before_attach"][k] == stop["before_attach"][k], k
+    assert fork["before_attach"]["definitely_lost_count"] == 512 * 1024 // 16
+    assert fork["pause_ms"] < stop["pause_ms"] / 3, (fork["pause_ms"], stop["pause_ms"])
+    assert fork["pause_ms"] < 200 and fork["reap_ms"] < 50
+
+
+def test_threads_in_system_calls_go_on_as_they_would(tmp_path):
+    """A thread the check had make the clone() was stopped in a system call: it goes back to it
+    as the kernel would have sent it back (nanosleep restarted for what was left, a read and a
+    sigsuspend waiting on), check after check, whichever thread it was."""
+    target = Target(build(tmp_path, "restarts.c"))
+    try:
+        for _ in range(12):
+            target.command("lose")
+            proc = run_memhook("leaks", "-p", target.pid)
+            assert proc.returncode == 23, proc.stderr
+            assert "the copy it made of itself read in" in proc.stdout, proc.stdout
+        target.command("poke")
+        target.command("wake")
+        time.sleep(0.3)
+        status = target.ask("status", "bad").split()
+        assert target.finish() == 0
+    finally:
+        target.kill()
+    bad, sleeps, got, woken = (int(status[i]) for i in (1, 3, 5, 7))
+    assert bad == 0 and sleeps > 12 and got == 1 and woken == 1, status
+
+
+def test_memhook_killed_while_reading_the_copy(tmp_path):
+    """memhook killed with -9 while it reads the target's copy, or at a random moment of the
+    copy's making: the copy dies with it (it never runs the program's code), no process of
+    memhook's is left running or stopped, and the target runs on and answers."""
+    import random
+    target = Target(build(tmp_path, "restarts.c"))
+    heap = Target(build(tmp_path, "held_heap.c", flags=["-O2"]))
+    rng = random.Random(44)
+    try:
+        heap.ask("fill 512 1024", "blocks")
+        for n in range(10):
+            who = heap if n % 2 else target
+            mh = subprocess.Popen(memhook_cmd("leaks", "-p", who.pid), cwd="/",
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 60
+            if who is heap:  # during the scan: the copy is there
+                while not children(heap.pid):
+                    assert time.monotonic() < deadline and mh.poll() is None, "no copy seen"
+                    time.sleep(0.001)
+            else:
+                time.sleep(rng.uniform(0.3, 1.5))  # (attach takes about 0.5 s)
+            mh.kill()
+            mh.wait()
+            time.sleep(0.2)
+            for pid, state in children(who.pid):
+                assert state == "Z", (pid, state)  # dead at once: at most a zombie
+            assert tracer_of(who.pid) == 0
+            who.command("ping")
+        target.command("poke")
+        target.command("wake")
+        time.sleep(0.3)
+        status = target.ask("status", "bad").split()
+        assert target.finish() == 0 and heap.finish() == 0
+    finally:
+        target.kill()
+        heap.kill()
+    assert int(status[1]) == 0 and int(status[5]) == 1 and int(status[7]) == 1, status

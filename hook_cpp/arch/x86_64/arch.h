@@ -72,6 +72,24 @@ constexpr int kRegsStackPointer = 19;  // rsp
 constexpr int kRegsThreadPointer = 21;  // fs_base
 constexpr uint64_t kTcbDtvOffset = 8;
 constexpr uint64_t kStackRedZone = 128;
+// A system call a stopped thread is made to run (reachability/forked_image.h): where its number,
+// arguments and result go among those registers, and the program counter. orig_rax set to -1:
+// the kernel must not restart, on the way out of the stop, a call the thread was interrupted in.
+constexpr int kRegsProgramCounter = 16;  // rip
+constexpr int kRegsSyscallNumber = 10;   // rax, and the result
+constexpr int kRegsRestartNumber = 15;   // orig_rax
+constexpr int kRegsSyscallArgs[] = {14, 13, 12, 7, 9, 8};  // rdi, rsi, rdx, r10, r8, r9
+
+// The registers a thread stopped in signal delivery goes on with when it takes no signal: a
+// system call it was interrupted in restarts (-ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND:
+// the call again; -ERESTART_RESTARTBLOCK: restart_syscall), as the kernel's
+// arch_do_signal_or_restart does; `syscall` is two bytes. The syscall stub returns to these.
+inline void as_resumed(uint64_t* regs) {
+  const int64_t nr = int64_t(regs[kRegsRestartNumber]), ret = int64_t(regs[kRegsSyscallNumber]);
+  if (nr < 0 || ret < -516 || ret > -512 || ret == -515) return;
+  regs[kRegsSyscallNumber] = ret == -516 ? 219 : uint64_t(nr);  // (219: restart_syscall)
+  regs[kRegsProgramCounter] -= 2;
+}
 // The bits of a word that can be an address (no pointer tags on x86-64).
 constexpr uint64_t kPointerBits = ~uint64_t(0);
 

@@ -78,6 +78,10 @@ int main() {
   define("ALLOC_RECORD_BYTES", 24, "header, pointer word, size word");
   define("TABLE_GRANULE_SHIFT", 4, "table_index(): 16-byte granules");
   define("TABLE_TAG_SHIFT", 4 + kTableBits, "table_index(): the tag");
+  define("CTL_CALL_REGS", offsetof(Control, call_regs), "Control: a made call's registers");
+  define("CALL_STATE_FROM_REGS", offsetof(Control, call_state) - offsetof(Control, call_regs),
+         "Control::call_state, from call_regs");
+  define("CALL_TAKEN", kCallTaken, "CallState: the stub has taken the registers");
   define_hex("TABLE_TAG_LIMIT", kTagMask + 1, "a user-space pointer's tag is below");
   define_hex("TABLE_INDEX_MASK", (1u << kTableBits) - 1, "table_index()");
   define("ENTRY_CURSOR_SHIFT", kDepShift - 3, "a table entry's event: cursor << this");
