@@ -216,6 +216,7 @@ py::dict check_leaks(Consumer& c, int pid,
                              py::arg("data") = r.roots.data_bytes,
                              py::arg("heap_gaps") = r.roots.heap_gap_bytes,
                              py::arg("dynamic_tls") = r.roots.tls_bytes,
+                             py::arg("jit_code") = r.roots.jit_code_bytes,
                              py::arg("memhook") = r.roots.excluded_bytes);
   if (!r.skipped.empty()) {
     d["skipped"] = r.skipped;

@@ -263,8 +263,20 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
         auto more = [&] { return monotonic_ns() < scan_deadline; };
         for (const StoppedThread& t : threads) marking->scan(t.regs.data(), t.regs.size(), true);
         bool done = true;
+        std::vector<uint64_t> shifted;
         for (const Range& r : out.roots.ranges) {
-          reader.range(r.lo, r.hi, [&](const uint64_t* w, size_t n) { marking->scan(w, n, true); });
+          reader.range(r.lo, r.hi, [&](const uint64_t* w, size_t n) {
+            marking->scan(w, n, true);
+            if (r.kind != kJitCode || n < 2) return;
+            // A JIT's code: a word at every byte, as an immediate may lie (words across two
+            // pieces of the read are missed: one position in 131072).
+            shifted.resize(n - 1);
+            for (int b = 1; b < 8; b++) {
+              for (size_t i = 0; i + 1 < n; i++)
+                shifted[i] = w[i] >> (8 * b) | w[i + 1] << (64 - 8 * b);
+              marking->scan(shifted.data(), n - 1, true);
+            }
+          });
           if (!(done = marking->run([&](const auto& which, auto fn) {
                   reader.blocks(marking->blocks(), which, fn);
                 }, more)))

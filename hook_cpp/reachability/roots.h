@@ -20,7 +20,9 @@
 
 namespace memhook::reachability {
 
-enum RootKind : uint8_t { kData = 0, kStack, kHeapGap, kDynamicTls };
+// kJitCode: an anonymous mapping both writable and executable, where a JIT writes machine code
+// (HotSpot's code cache): its pointers are instructions' immediates, at any byte.
+enum RootKind : uint8_t { kData = 0, kStack, kHeapGap, kDynamicTls, kJitCode };
 
 struct Range {
   uint64_t lo, hi;
@@ -33,10 +35,11 @@ struct RootRanges {
   // they point to lie: interior_heuristics.h).
   std::vector<Range> readable_files, executable_files;
   uint64_t stack_bytes = 0, data_bytes = 0, heap_gap_bytes = 0, tls_bytes = 0, excluded_bytes = 0;
+  uint64_t jit_code_bytes = 0;
   void add(const Range& r) {
     const uint64_t n = r.hi - r.lo;
     (r.kind == kStack ? stack_bytes : r.kind == kHeapGap ? heap_gap_bytes
-     : r.kind == kDynamicTls ? tls_bytes : data_bytes) += n;
+     : r.kind == kDynamicTls ? tls_bytes : r.kind == kJitCode ? jit_code_bytes : data_bytes) += n;
   }
 };
 
@@ -68,7 +71,6 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
     if (perms[0] != 'r' || perms[1] != 'w') continue;
     if (name == "[vvar]" || name == "[vvar_vclock]" || name == "[vsyscall]" || name == "[vdso]")
       continue;
-    const Range m{lo, hi};
     const std::string base = name.substr(name.rfind('/') + 1);
     if (base.compare(0, 8, "memhook-") == 0) {  // memhook's segment
       out.excluded_bytes += hi - lo;
@@ -99,7 +101,7 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
       if (at < hi) out.ranges.push_back({at, hi, kHeapGap});
       continue;
     }
-    out.ranges.push_back(m);
+    out.ranges.push_back({lo, hi, uint8_t(name.empty() && perms[2] == 'x' ? kJitCode : kData)});
   }
   fclose(f);
   // The ranges that are no root, cut out of the rest (main_arena lies in libc's data, beside

@@ -522,3 +522,15 @@ def test_memhook_killed_while_reading_the_copy(tmp_path):
         target.kill()
         heap.kill()
     assert int(status[1]) == 0 and int(status[5]) == 1 and int(status[7]) == 1, status
+
+
+def test_pointers_in_a_jits_code_are_roots_at_every_byte(tmp_path):
+    """A JIT's machine code (an anonymous mapping writable and executable) keeps pointers as
+    instructions' immediates, at any byte: read there word by word at every byte, the block it
+    names is reachable. (valgrind and LeakSanitizer read aligned words only: for them it is
+    lost, as the block whose pointer sits unaligned in plain data is here too.)"""
+    _, report = traced_all(build(tmp_path, "jit_immediate.c"), tmp_path)
+    got = memhook_categories(report, {"in_code", "in_data", "nowhere"})
+    assert got == {("in_code", "reachable"): [1111, 1], ("in_data", "definitely_lost"): [1112, 1],
+                   ("nowhere", "definitely_lost"): [1113, 1]}
+    assert report["leak_check"]["root_bytes"]["jit_code"] == 4096
