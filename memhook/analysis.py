@@ -58,6 +58,35 @@ def stack_series(cap: Capture) -> tuple[np.ndarray, dict]:
     return times, out
 
 
+def jit_groups(cap: Capture) -> dict[int, list[int]]:
+    """The stacks with outstanding bytes, as suspects see them: stacks alike up to their first
+    frame outside every module (a JIT's code: HotSpot compiles a Java method again and again,
+    each time at new addresses, so one leak's stack changes as its callers warm up) are one,
+    under the stack holding the most; every other stack is its own. Representative -> members,
+    the representative first."""
+    out = cap.sites["outstanding_bytes"]
+    ids = [int(i) for i in np.nonzero(out)[0]]
+    mods = sorted((int(m["lo"]), int(m["hi"])) for m in cap.modules if m.get("hi"))
+    lo = np.array([m[0] for m in mods], np.uint64)
+    hi = np.array([m[1] for m in mods], np.uint64)
+    by_key: dict = {}
+    for stack in ids:
+        f = cap.frames(stack)
+        at = np.searchsorted(lo, f, side="right") - 1
+        inside = (at >= 0) & (f < hi[np.maximum(at, 0)]) if len(lo) else np.zeros(len(f), bool)
+        # Up to the first frame in JIT code: what lies above it (the JIT's other frames, the
+        # runtime's calls into Java, the thread's start) tells no leak apart, and a walk
+        # through compiled code without frame pointers may end there or go on.
+        first = int(np.argmin(inside)) if len(f) and not inside.all() else -1
+        key = stack if first < 0 else tuple(int(x) for x in f[:first])
+        by_key.setdefault(key, []).append(stack)
+    groups = {}
+    for members in by_key.values():
+        members.sort(key=lambda s: -int(out[s]))
+        groups[members[0]] = members
+    return groups
+
+
 def floor_series(y: np.ndarray) -> np.ndarray:
     """At each sample, the least a stack holds from then on: the floor its outstanding bytes
     return to. Blocks freed within the capture lift no floor (per-request memory, however it
@@ -100,14 +129,16 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
     late_from = float(t_seen[-1]) * 2 / 3 if len(t_seen) else 0.0
     leaks = categories.per_stack(cap.meta)  # the leak check at detach, if one was taken
     rows = []
-    for stack in np.nonzero(cap.sites["outstanding_bytes"])[0]:
-        stack = int(stack)
-        out_bytes = int(cap.sites["outstanding_bytes"][stack])
-        check = leaks.get(stack, categories.ZERO) if leaks is not None else None
+    sites = cap.sites
+    for stack, members in jit_groups(cap).items():
+        out_bytes = int(sum(int(sites["outstanding_bytes"][m]) for m in members))
+        check = None
+        if leaks is not None:
+            check = {k: sum(leaks.get(m, categories.ZERO)[k] for m in members)
+                     for k in categories.FIELDS}
         lost = categories.lost_bytes(check)
-        y = series.get(stack)
-        if y is None:
-            y = np.full(len(times), float(out_bytes))
+        y = sum(series[m] if m in series else
+                np.full(len(times), float(sites["outstanding_bytes"][m])) for m in members)
         floor = floor_series(y)[seen]
         growth = theil_sen(t_seen, floor) * 60
         late = t_seen >= late_from
@@ -116,17 +147,19 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         # no longer rises at the end.
         rose = float(floor[-1] - floor[0]) if len(floor) else 0.0
         plateaued = rose > 0 and late_growth <= PLATEAU * max(growth, rose / max(end_s, 1e-9) * 60)
-        allocs = int(cap.sites["alloc_count"][stack])
-        frees = int(cap.sites["free_count"][stack])
-        never_freed = int(cap.sites["outstanding_count"][stack]) / allocs if allocs else 0.0
-        a = ages.get(stack, np.zeros(0))
+        allocs = int(sum(int(sites["alloc_count"][m]) for m in members))
+        frees = int(sum(int(sites["free_count"][m]) for m in members))
+        held = int(sum(int(sites["outstanding_count"][m]) for m in members))
+        never_freed = held / allocs if allocs else 0.0
+        a = np.concatenate([ages.get(m, np.zeros(0)) for m in members])
+        hist = sum(age_hist[m] for m in members) if age_hist is not None else None
         oldest = None
         if len(a):
             old, counted, oldest = float((a >= min_age_s).mean()), True, float(a.max())
-        elif age_hist is not None and age_hist[stack].sum():
-            old = float(age_hist[stack][old_buckets].sum() / age_hist[stack].sum())
+        elif hist is not None and hist.sum():
+            old = float(hist[old_buckets].sum() / hist.sum())
             counted = True
-            oldest = 2.0 ** int(np.nonzero(age_hist[stack])[0][-1]) / 1e9  # its bucket's start
+            oldest = 2.0 ** int(np.nonzero(hist)[0][-1]) / 1e9  # its bucket's start
         else:
             old, counted = 0.0, False
         # Every live block younger than the margin: nothing of it has stayed (per-request
@@ -167,10 +200,12 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
               and (growth > 0 or plateaued)):
             reasons[0] = "growing, but held: " + reasons[0] + "; every block still reachable " \
                 "(a cache or a structure that keeps them, not a leak)"
+        if len(members) > 1:
+            reasons.append(f"with {len(members) - 1} more stacks alike up to JIT-compiled code")
         reasons.append(f"{never_freed:.0%} of its allocations never freed")
         if counted:
             reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")
-        rows.append({"stack": stack, "outstanding_bytes": out_bytes,
+        rows.append({"stack": stack, "stacks": len(members), "outstanding_bytes": out_bytes,
                      "growth_bytes_per_min": round(growth, 1),
                      "late_growth_bytes_per_min": round(late_growth, 1),
                      "plateaued": bool(plateaued), "never_freed_share": round(never_freed, 4),

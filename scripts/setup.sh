@@ -38,6 +38,8 @@ command -v valgrind >/dev/null || missing+=(valgrind)
 command -v clang-14 >/dev/null || missing+=(clang-14)
 compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.lsan-x86_64.a" >/dev/null ||
   missing+=(libclang-rt-14-dev)
+# For the test of a JVM leaking through java.util.zip.Deflater (a JIT's frames, HotSpot's).
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -37,3 +37,29 @@ def test_leak_before_cache_and_no_churn(program):
     t = np.arange(6.0)
     y = np.where(t < 5, 2 * t, 100.0)  # one outlier among six samples of slope 2
     assert analysis.theil_sen(t, y) == pytest.approx(2)  # the median of pairwise slopes
+
+
+def test_stacks_alike_up_to_jit_code_are_one_suspect(program):
+    """A leak called from JIT-compiled code: each time the JIT compiles its caller again, the
+    stack changes above the native frames, and each stack grows for a while, then holds (a JVM's
+    Deflater under HotSpot). Alike up to their first frame in no file, they are one suspect,
+    growing, first; a stack that differs below the JIT code stays apart."""
+    site = synthetic.return_addresses(program, "framed")[:2]
+    other = synthetic.return_addresses(program, "frameless")[:1]
+    jit = 0x7F00_0000_1000  # (code in no file)
+    samples, third = 60, 20
+
+    def part(k):  # grows 300 B per sample in its third, holds after
+        return [300 * min(max(i + 1 - k * third, 0), third) for i in range(samples)]
+
+    slow = [20 * (i + 1) for i in range(samples)]
+    stacks = [synthetic.Stack(site + [jit + 64 * k, jit + 4096 + k], third, part(k)[-1],
+                              history=part(k)) for k in range(3)]
+    stacks.append(synthetic.Stack(other + [jit], samples, slow[-1], history=slow))
+    rows = analysis.suspects(synthetic.make(program, stacks, interval=1.0), min_age_s=60)
+    first = rows[0]
+    assert first["stacks"] == 3 and first["outstanding_bytes"] == 3 * 300 * third
+    assert first["score"] > 0 and not first["plateaued"]
+    assert first["late_growth_bytes_per_min"] == pytest.approx(300 * 60, rel=0.05)
+    assert "with 2 more stacks alike up to JIT-compiled code" in first["reasons"]
+    assert [r["stacks"] for r in rows] == [3, 1] and rows[1]["stack"] == 4
