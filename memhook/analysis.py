@@ -102,10 +102,11 @@ def _rate(bytes_per_min: float) -> str:
     return human_bytes(bytes_per_min) + "/min"
 
 
-def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
+def suspects(cap: Capture, min_age_s: float = 60.0, churn: list | None = None) -> list[dict]:
     """Stacks holding memory at the end that a leak hunter should look at, most suspect first
     (module docstring). Stacks whose blocks turn over (most freed within the capture) and whose
-    floor does not rise are churn, not suspects."""
+    floor does not rise are churn, not suspects: `churn` gets them, (stack, outstanding bytes,
+    why)."""
     times, series = stack_series(cap)
     end_s = float(times[-1]) if len(times) else 0.0
     live = cap.live or {}
@@ -176,7 +177,14 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
         kept_through = oldest is not None and oldest > end_s / 3
         if allocs and frees >= allocs / 2 and (growth <= 0 or young or
                                                (cycling and not kept_through)) and not lost:
-            continue  # turns over, its floor does not trend up: churn, not a leak
+            if churn is not None:  # turns over, its floor does not trend up: not a leak
+                churn.append((stack, out_bytes, f"churn: {frees} of its {allocs} allocations "
+                              "freed, " + ("every live block younger than the capture's last "
+                                           f"{_duration(margin)}" if young else
+                                           "holding no more at the end than it already did "
+                                           "in the first half" if cycling else
+                                           "its floor not rising")))
+            continue
         if young:
             growth = late_growth = 0.0
             plateaued = False
@@ -217,6 +225,21 @@ def suspects(cap: Capture, min_age_s: float = 60.0) -> list[dict]:
     rows.sort(key=lambda r: (-r["definitely_lost_bytes"], -r["lost_bytes"], -r["score"],
                              -r["outstanding_bytes"]))
     return rows
+
+
+LEFT_OUT_SHARE = 0.1  # a stack holding more of the outstanding bytes is never left out unsaid
+
+
+def left_out(cap: Capture, ranked: list, shown: int, churn: list) -> list[dict]:
+    """The stacks holding more than a tenth of the outstanding bytes that the suspects listed
+    do not show, and why: churn, or ranked below the `shown` listed. (stack, bytes, why)"""
+    total = float(cap.sites["outstanding_bytes"].sum())
+    out = [{"stack": s, "outstanding_bytes": b, "why": why} for s, b, why in churn]
+    out += [{"stack": r["stack"], "outstanding_bytes": r["outstanding_bytes"],
+             "why": f"suspect #{n}, below the {shown} the report lists"}
+            for n, r in enumerate(ranked, 1) if n > shown]
+    return sorted((r for r in out if total and r["outstanding_bytes"] > LEFT_OUT_SHARE * total),
+                  key=lambda r: -r["outstanding_bytes"])
 
 
 def _share(part, whole) -> float:

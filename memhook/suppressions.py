@@ -144,12 +144,12 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
                                    "bytes": s.bytes} for s in suppressions if s.blocks]
     report["unsuppressed"] = {"outstanding_bytes": left_bytes, "outstanding_count": left_blocks}
     if checked(report):  # (and the census's lost blocks: no stack to suppress them by)
-        before = report["leak_check"]["before_attach"]
+        before = report["leak_check"].get("before_attach") or {}
         report["unsuppressed"].update(
-            lost_bytes=lost_bytes + before["definitely_lost_bytes"]
-            + before["indirectly_lost_bytes"],
-            lost_count=lost_blocks + before["definitely_lost_count"]
-            + before["indirectly_lost_count"])
+            lost_bytes=lost_bytes + before.get("definitely_lost_bytes", 0)
+            + before.get("indirectly_lost_bytes", 0),
+            lost_count=lost_blocks + before.get("definitely_lost_count", 0)
+            + before.get("indirectly_lost_count", 0))
     return report
 
 

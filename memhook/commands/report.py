@@ -17,9 +17,11 @@ def report_parser() -> Parser:
     p = Parser(prog="memhook report", usage="FILE [options]", page="docs/report-formats.md", description="Report on a capture file, on this host or "
                "another one.")
     p.add_argument("capture", help="capture file written by memhook -o")
-    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html", "otlp"),
+    p.add_argument("--format", choices=("text", "json", "pprof", "collapsed", "html", "otlp",
+                                        "leaks"),
                    default="text", help="text (default), json, pprof (gzip profile.proto), "
-                   "collapsed (folded stacks for flame graphs), html (one self-contained file)")
+                   "collapsed (folded stacks for flame graphs), html (one self-contained file), "
+                   "leaks (the leak check alone, as memhook leaks prints it)")
     p.add_argument("--plots", metavar="DIR", help="also write the report's pictures here")
     p.add_argument("--plot-format", choices=("png", "svg"), default="png")
     p.add_argument("-o", "--output", help="write the report here instead of standard output")

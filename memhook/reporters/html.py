@@ -367,6 +367,12 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                      f"<td class='why'>{'<br>'.join(html.escape(x) for x in r['reasons'])}</td>"
                      f"<td>{_stack_html(r)}</td></tr>")
     parts.append("</table>")
+    unsaid = report.get("not_suspects") or []
+    if unsaid:  # (each holds over a tenth of the outstanding bytes)
+        parts.append("<p class='why'>Not suspects, though each holds over a tenth of the "
+                     "outstanding bytes:</p><ul id='not-suspects'>" + "".join(
+                         f"<li>{human_bytes(r['outstanding_bytes'])}: {_stack_html(r)} "
+                         f"{html.escape(r['why'])}</li>" for r in unsaid) + "</ul>")
     parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
     parts += _snapshots_html(report.get("snapshots"))
     parts.append("<h2>Flame graph of outstanding bytes</h2><div id='flame-controls'>"

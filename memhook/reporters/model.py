@@ -233,12 +233,19 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         report["timeseries"] = [
             {k: (float(cap.series[k][j]) if k == "time_s" else int(cap.series[k][j]))
              for k in columns} for j in range(len(cap.series["time_s"]))]
-        ranked = analysis.suspects(cap, filters.min_age_s)[:filters.suspects]
-        symbolizer.prepare(x for r in ranked for x in cap.frames(r["stack"]))
+        churn: list = []
+        everything = analysis.suspects(cap, filters.min_age_s, churn)
+        ranked = everything[:filters.suspects]
+        unsaid = analysis.left_out(cap, everything, filters.suspects, churn)
+        symbolizer.prepare(x for r in ranked + unsaid for x in cap.frames(r["stack"]))
         report["leak_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
                                     **analysis.stack_histograms(cap, r["stack"]),
                                     "frames": site_frames(cap, r["stack"], symbolizer)}
                                    for r in ranked]
+        if unsaid:  # (a stack holding a tenth of the bytes is never left out unsaid)
+            report["not_suspects"] = [{**{k: v for k, v in r.items() if k != "stack"},
+                                       "frames": site_frames(cap, r["stack"], symbolizer)}
+                                      for r in unsaid]
     if cap.behaviour is not None:
         for key, rows in (("transient", analysis.transient(cap, filters.transient_ns)),
                           ("thread_locality", analysis.thread_locality(cap))):

@@ -351,6 +351,9 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
             where = leak_site(r)
             lines.append(f"  {n}. " + (f"PID {r['pid']}: " if "pid" in r else "")
                          + f"{where}: {r['outstanding_bytes']} bytes; " + "; ".join(r["reasons"]))
+    for r in report.get("not_suspects", []):
+        lines.append(f"  not a suspect, though it holds {r['outstanding_bytes']} bytes: "
+                     f"{leak_site(r)}: {r['why']}")
     hidden = report.get("suppressed_suspects")
     if hidden:
         lines.append(f"  ({hidden['count']} suspects suppressed, {hidden['outstanding_bytes']} "

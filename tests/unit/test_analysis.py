@@ -63,3 +63,28 @@ def test_stacks_alike_up_to_jit_code_are_one_suspect(program):
     assert first["late_growth_bytes_per_min"] == pytest.approx(300 * 60, rel=0.05)
     assert "with 2 more stacks alike up to JIT-compiled code" in first["reasons"]
     assert [r["stacks"] for r in rows] == [3, 1] and rows[1]["stack"] == 4
+
+
+def test_a_stack_holding_a_tenth_is_never_left_out_unsaid(program):
+    """A request in flight as the capture ended holds a third of the bytes (churn: no
+    suspect), and two large stacks that hold without growing rank below ten growing ones: each
+    is named as not a suspect, with why; a small churn stack is not."""
+    at = synthetic.return_addresses(program, "framed")[0]  # (stacks told apart by address)
+    samples = 20
+    grow = [10 * (i + 1) for i in range(samples)]
+    stacks = [synthetic.Stack([at + k], samples, grow[-1], history=grow) for k in range(10)]
+    stacks.append(synthetic.Stack([at + 20], 1, 40000, history=[40000] * samples))
+    stacks.append(synthetic.Stack([at + 21], 1, 30000, history=[30000] * samples))
+    flight = [60000 if i % 2 else 0 for i in range(samples - 1)] + [60000]
+    stacks.append(synthetic.Stack([at + 22], 400, 400 * 60000, 399, 399 * 60000,
+                                  history=flight))
+    small = [300 if i % 2 else 0 for i in range(samples - 1)] + [300]
+    stacks.append(synthetic.Stack([at + 23], 400, 400 * 300, 399, 399 * 300, history=small))
+    cap = synthetic.make(program, stacks, interval=1.0)
+    churn = []
+    ranked = analysis.suspects(cap, min_age_s=60, churn=churn)
+    out = analysis.left_out(cap, ranked, 10, churn)
+    assert [(r["stack"], r["outstanding_bytes"]) for r in out] == [(13, 60000), (11, 40000),
+                                                                   (12, 30000)]
+    assert out[0]["why"].startswith("churn: 399 of its 400 allocations freed")
+    assert out[1]["why"] == "suspect #11, below the 10 the report lists"

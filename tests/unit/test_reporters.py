@@ -200,7 +200,8 @@ def test_html(cap, rep):
 
 
 def test_every_format_is_registered():
-    assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp"}
+    assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp",
+                                      "leaks"}
     with pytest.raises(KeyError):
         reporters.render("yaml", None, {}, None)
 
@@ -247,3 +248,22 @@ def test_an_html_report_imports_no_matplotlib_itself(cap, program, tmp_path):
                          capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
     assert "<svg" in (tmp_path / "c.html").read_text()
+
+
+def test_a_large_stack_left_out_of_the_suspects_is_named(program):
+    """A request in flight as the capture ended holds most of the bytes: churn, no suspect;
+    the text, the JSON and the HTML page name it and say why."""
+    framed = synthetic.return_addresses(program, "framed")[0]
+    main_framed = synthetic.return_addresses(program, "main")[0]
+    flight = [60000 if i % 2 else 0 for i in range(9)] + [60000]
+    cap = synthetic.make(program, [
+        synthetic.Stack([framed, main_framed], 10, 3000, history=[300 * (i + 1) for i in range(10)]),
+        synthetic.Stack([main_framed], 400, 400 * 60000, 399, 399 * 60000, history=flight)])
+    rep = model.build(cap, Symbolizer(cap.modules, tool="pyelftools"))
+    assert [r["outstanding_bytes"] for r in rep["not_suspects"]] == [60000]
+    assert rep["not_suspects"][0]["frames"][0]["function"] == "main"
+    text = reporters.render("text", cap, rep, Symbolizer(cap.modules))
+    line = next(x for x in text.splitlines() if "not a suspect" in x)
+    assert "holds 60000 bytes: main" in line and "churn: 399 of its 400 allocations freed" in line
+    page = reporters.render("html", cap, rep, Symbolizer(cap.modules))
+    assert "Not suspects, though each holds over a tenth" in page and "churn: 399" in page

@@ -56,6 +56,16 @@ def test_first_match_counts_and_the_rest_is_left():
     lost = suppressions.FailOnLeak("lost", 11)
     assert suppressions.leaked(report, lost)
     assert not suppressions.leaked(report, lost._replace(threshold=12))
+    # The census's lost blocks (no stack to suppress them by) count too; and with no
+    # suppression in force (--no-suppressions: nothing applied), lost bytes still count.
+    report["leak_check"]["before_attach"] = {"definitely_lost_bytes": 5,
+                                             "definitely_lost_count": 1,
+                                             "indirectly_lost_bytes": 0,
+                                             "indirectly_lost_count": 0}
+    suppressions.apply(report, sups)
+    assert report["unsuppressed"]["lost_bytes"] == 17
+    del report["unsuppressed"]
+    assert suppressions.leaked(report, lost._replace(threshold=16))
     assert suppressions._without_parameters("ns::f<int(char)>(int, char*)") == "ns::f<int(char)>"
     assert suppressions._without_parameters("operator()(int)") == "operator()"
 
