@@ -38,8 +38,12 @@ command -v valgrind >/dev/null || missing+=(valgrind)
 command -v clang-14 >/dev/null || missing+=(clang-14)
 compgen -G "/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.lsan-x86_64.a" >/dev/null ||
   missing+=(libclang-rt-14-dev)
-# For the test of a JVM leaking through java.util.zip.Deflater (a JIT's frames, HotSpot's).
-command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+if [ "${1:-}" = --tests ]; then
+  # For the test of a JVM leaking through java.util.zip.Deflater (a JIT's frames, HotSpot's).
+  command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+  # For the census of every PostgreSQL process under pgbench (benchmarks/pgbench_pause.py too).
+  [ -x /usr/lib/postgresql/15/bin/pgbench ] || missing+=(postgresql-15)
+fi
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -5,11 +5,14 @@ estimate against what malloc_trim(0) then really returns; a heap changing under 
 corrupt heap. On this host, and in the older and newer glibc roots of test_libcs.py."""
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
 import subprocess
 import time
+
+import pytest
 
 from conftest import TARGETS, Memhook, build, run_memhook
 from test_libcs import musl_target, place, started  # noqa: F401 (fixtures)
@@ -315,3 +318,86 @@ def test_census_finds_the_arenas_of_a_busy_python_every_time(tmp_path):
     finally:
         py.kill()
         py.wait()
+
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def as_postgres(*argv, **kw):
+    return subprocess.run(["runuser", "-u", "postgres", "--", *map(str, argv)], **kw)
+
+
+@pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
+@pytest.mark.skipif(not os.path.exists(f"{PG_BIN}/postgres"),
+                    reason="PostgreSQL 15 is installed by scripts/setup.sh")
+def test_census_of_every_postgres_process_under_pgbench(tmp_path):
+    """Debian's PostgreSQL 15 under pgbench (4 clients, both cores busy): the census finds the
+    arenas of every process of it, ten times each, and so does every attach of memhook -p to
+    all of them (6 of its 10 processes once said "main_arena not found")."""
+    import random
+    import tempfile
+    from pathlib import Path
+    # (pytest's tmp_path lies under a directory only root may enter: the server runs as postgres)
+    home = Path(tempfile.mkdtemp(prefix="memhook-pg-", dir="/tmp"))
+    shutil.chown(home, "postgres")
+    data, port = home / "pgdata", random.randrange(20000, 30000)
+    as_postgres(f"{PG_BIN}/initdb", "-D", data, "-A", "trust", "-U", "postgres", check=True,
+                capture_output=True)
+    server = subprocess.Popen(["runuser", "-u", "postgres", "--", f"{PG_BIN}/postgres", "-D",
+                               str(data), "-p", str(port), "-k", str(home), "-c",
+                               "listen_addresses="], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    bench = None
+    try:
+        for _ in range(200):
+            if as_postgres(f"{PG_BIN}/pg_isready", "-h", home, "-p", port,
+                           capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        pgbench = [f"{PG_BIN}/pgbench", "-h", home, "-p", port]
+        as_postgres(*pgbench, "-i", "-s", "2", "-q", "postgres", check=True, capture_output=True)
+        bench = subprocess.Popen(["runuser", "-u", "postgres", "--", *map(str, pgbench), "-c",
+                                  "4", "-j", "2", "-T", "120", "postgres"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        pids = [postmaster] + [int(d) for d in os.listdir("/proc") if d.isdigit() and
+                               _ppid(int(d)) == postmaster]
+        assert len(pids) >= 8, pids  # (checkpointer, writers, launchers, 4 backends)
+        version = platform.libc_ver()[1]
+        problems = []
+        for _ in range(10):
+            for pid in pids:
+                try:
+                    census, _ = heap_census.take(pid, "glibc", version)
+                except OSError:
+                    continue  # (a backend that ended)
+                problems += [f"{pid}: {census['problem']}"] if census.get("problem") else [
+                    f"{pid}: {p}" for a in census["arenas"] for p in a["problems"]]
+        assert not problems, problems
+        cap = tmp_path / "pg.mh"
+        proc = run_memhook("-p", ",".join(map(str, pids)), "--no-live", "--duration", "3",
+                           "-o", cap, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "no heap census" not in proc.stderr, proc.stderr
+        from memhook import capture
+        traced = capture.read_processes(str(cap))
+        assert len(traced) == len(pids)
+        for p in traced:
+            assert not p.meta["heap_census"]["attach"].get("problem"), p.meta["pid"]
+        assert bench.poll() is None  # pgbench still running: no backend broke
+    finally:
+        if bench is not None:
+            bench.kill()
+        as_postgres(f"{PG_BIN}/pg_ctl", "stop", "-D", data, "-m", "fast", "-w",
+                    capture_output=True)
+        server.wait(30)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
