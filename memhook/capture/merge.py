@@ -135,6 +135,9 @@ def merged_leak_check(metas: list, rows: list) -> dict | None:
            "threads": sum(c.get("threads", 0) for c, _ in taken),
            "bytes_read": sum(c.get("bytes_read", 0) for c, _ in taken),
            "heaps_known": all(c.get("heaps_known") for c, _ in taken)}
+    if all(c.get("forked") for c, _ in taken):  # (each read from its copy: the scans after)
+        out.update(forked=True, scan_ms=max(c.get("scan_ms", 0) for c, _ in taken),
+                   fork_ms=max(c.get("fork_ms", 0) for c, _ in taken))
     groups: dict = {}  # the census's lost blocks, by category, size and type
     for c, _ in taken:
         for g in c.get("before_attach_lost") or ():

@@ -21,9 +21,10 @@ def lost_sites(report: dict) -> list[dict]:
 
 def render_leaks(report: dict, top: int = 10, full_names: bool = False) -> str:
     check = report.get("leak_check") or {}
-    lines = [f"memhook leaks: PID {report['pid']} ({one_line(str(report['command']))})"
-             if "pid" in report else f"memhook leaks: {len(report.get('processes', []))} "
-             "processes"]
+    procs = report.get("processes")
+    lines = [f"memhook leaks: {len(procs)} processes: " + ", ".join(
+        f"PID {p['pid']} ({one_line(str(p['command']))})" for p in procs) if procs else
+             f"memhook leaks: PID {report['pid']} ({one_line(str(report['command']))})"]
     if not check.get("totals"):
         lines.append("  no leak check: " + check.get("skipped", "none was taken"))
         return "\n".join(lines)

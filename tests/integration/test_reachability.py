@@ -534,3 +534,23 @@ def test_pointers_in_a_jits_code_are_roots_at_every_byte(tmp_path):
     assert got == {("in_code", "reachable"): [1111, 1], ("in_data", "definitely_lost"): [1112, 1],
                    ("nowhere", "definitely_lost"): [1113, 1]}
     assert report["leak_check"]["root_bytes"]["jit_code"] == 4096
+
+
+def test_memhook_leaks_of_every_process_of_a_name(tmp_path):
+    """`memhook leaks --pid-of NAME`: every process of that name checked, their lost blocks
+    from before attach summed by size and type, each process named."""
+    exe = build(tmp_path, "lost_before_attach.cpp", name="lostpair")
+    a, b = Target(exe), Target(exe)
+    try:
+        proc = run_memhook("leaks", "--pid-of", "lostpair")
+        a.command("ping")
+        b.command("ping")
+        assert a.finish() == 0 and b.finish() == 0
+    finally:
+        a.kill()
+        b.kill()
+    assert proc.returncode == 23, proc.stderr
+    head = next(x for x in proc.stdout.splitlines() if x.startswith("memhook leaks:"))
+    assert head.startswith("memhook leaks: 2 processes: ") and f"PID {a.pid} " in head, head
+    assert "definitely lost: 10 blocks of 40 bytes, Widget" in proc.stdout
+    assert "Lost: 1600 bytes" in proc.stdout
