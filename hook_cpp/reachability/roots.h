@@ -8,6 +8,7 @@
 //   - never memhook's own mappings (its segment, its library's data, its address table): they
 //     hold the address of every block and would make every block reachable.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -47,6 +48,15 @@ constexpr uint64_t kGlibcHeapBytes = uint64_t(64) << 20;  // HEAP_MAX_SIZE on 64
 
 inline bool overlaps(const Range& a, const Range& b) { return a.lo < b.hi && b.lo < a.hi; }
 
+// The block of `blocks` (sorted by address) that holds `p`, or null.
+inline const Block* block_at(const std::vector<Block>& blocks, uint64_t p) {
+  auto it = std::upper_bound(blocks.begin(), blocks.end(), p,
+                             [](uint64_t v, const Block& b) { return v < b.addr; });
+  if (it == blocks.begin()) return nullptr;
+  --it;
+  return p < it->addr + it->size ? &*it : nullptr;
+}
+
 // blocks: sorted by address (Marking::blocks()). exclude: ranges that are no root (memhook's
 // own, glibc malloc's main_arena).
 inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
@@ -76,19 +86,30 @@ inline RootRanges root_ranges(int pid, const std::vector<Block>& blocks,
       out.excluded_bytes += hi - lo;
       continue;
     }
-    // A thread's stack: from the lowest stack pointer in it (less the red zone) to its end.
+    // A heap: the first block at or after lo.
+    auto it = std::lower_bound(blocks.begin(), blocks.end(), uint64_t(lo),
+                               [](const Block& b, uint64_t v) { return b.addr < v; });
+    const bool heap = it != blocks.end() && it->addr < hi;
+    // A thread's stack: from the lowest stack pointer in it (less the red zone) to its end. In
+    // a heap, a thread runs on a block (a signal handler's alternate stack malloc gave): that
+    // block from its stack pointer up, and the heap is read as any heap.
     uint64_t sp = UINT64_MAX;
-    for (const StoppedThread& t : threads)
-      if (t.sp() >= lo && t.sp() < hi) sp = std::min(sp, t.sp());
+    for (const StoppedThread& t : threads) {
+      if (t.sp() < lo || t.sp() >= hi) continue;
+      const Block* b = heap ? block_at(blocks, t.sp()) : nullptr;
+      if (b)
+        out.ranges.push_back({std::max<uint64_t>(b->addr, (t.sp() - arch::kStackRedZone) &
+                                                             ~uint64_t(7)),
+                              (b->addr + b->size) & ~uint64_t(7), kStack});
+      else
+        sp = std::min(sp, t.sp());
+    }
     if (sp != UINT64_MAX) {
       const uint64_t from = std::max<uint64_t>(lo, (sp - arch::kStackRedZone) & ~uint64_t(7));
       out.ranges.push_back({from, hi, kStack});
       continue;
     }
-    // A heap: the first block at or after lo.
-    auto it = std::lower_bound(blocks.begin(), blocks.end(), uint64_t(lo),
-                               [](const Block& b, uint64_t v) { return b.addr < v; });
-    if (it != blocks.end() && it->addr < hi) {
+    if (heap) {
       // glibc's heaps, every block in them known: the main arena's ([heap]) and the others',
       // each at a multiple of its 64 MiB reservation. (An mmapped chunk's mapping may have
       // merged with the program's own: only its gaps are skipped, as for any other heap.)

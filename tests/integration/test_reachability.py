@@ -554,3 +554,15 @@ def test_memhook_leaks_of_every_process_of_a_name(tmp_path):
     assert head.startswith("memhook leaks: 2 processes: ") and f"PID {a.pid} " in head, head
     assert "definitely lost: 10 blocks of 40 bytes, Widget" in proc.stdout
     assert "Lost: 1600 bytes" in proc.stdout
+
+
+def test_a_thread_on_a_malloced_alternate_signal_stack(tmp_path):
+    """A thread stopped in a signal handler on an alternate stack malloc gave: that block, from
+    its stack pointer up, is its stack (the block its handler holds in a local is reachable);
+    the heap above it is no stack (a block lost there is definitely lost, and what only it
+    holds indirectly lost, not reached from the lost block's words as from a stack's)."""
+    _, report = traced_all(build(tmp_path, "altstack.c"), tmp_path)
+    got = memhook_categories(report, {"on_altstack", "lost_above", "lost_below"})
+    assert got == {("on_altstack", "reachable"): [1017, 1],
+                   ("lost_above", "definitely_lost"): [1018, 1],
+                   ("lost_below", "indirectly_lost"): [1019, 1]}, got
