@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 21;
+constexpr uint32_t kVersion = 22;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -187,7 +187,9 @@ struct alignas(64) Control {
   // CallState; memhook writes the registers only once the last thread has taken its own.
   uint64_t call_regs[kCallRegs];
   uint32_t call_state;
-  uint32_t pad4;
+  // The copy of the process the check reads (its PID) until the process has reaped it: killed
+  // with memhook, it is this process's zombie, which the hook library reaps (lifecycle.h).
+  int32_t check_copy;
 };
 enum CallState : uint32_t { kCallFree = 0, kCallArmed = 1, kCallTaken = 2 };
 enum ExitState : uint32_t { kExitNone = 0, kExitAnnounced = 1, kExitDone = 2 };

@@ -7,6 +7,14 @@ namespace {
 
 int g_abandoning;
 
+// A copy the leak check made of the process (reachability/forked_image.h) that memhook did not
+// see reaped (killed meanwhile): dead with memhook, its zombie is this process's, which nobody
+// else can reap. (wait4 with __WALL and no hang: the copy's exit signal is none.)
+void reap_check_copy(Control* c) {
+  const int32_t copy = c ? __atomic_exchange_n(&c->check_copy, 0, __ATOMIC_ACQ_REL) : 0;
+  if (copy > 0) syscall(SYS_wait4, copy, nullptr, __WALL | WNOHANG, nullptr);
+}
+
 // memhook stopped beating: pass everything through, put every slot back, give the rings' pages
 // back. Runs once, on whichever thread noticed; takes only the scan lock (dlopen hooks' own).
 __attribute__((noinline)) void abandon() {
@@ -25,6 +33,7 @@ __attribute__((noinline)) void abandon() {
   madvise((uint8_t*)c + rings, (recent - rings) & ~size_t(4095), MADV_REMOVE);  // (whole pages)
   if (g_unwind_bytes) madvise((uint8_t*)c + unwind, g_unwind_bytes, MADV_REMOVE);
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
+  reap_check_copy(c);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
 }
 
@@ -102,6 +111,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   const bool was_active = active();
   g_session.mode = kOff;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  reap_check_copy(g_ctl);  // (the last session's, before its segment may be mapped over)
   m = settle_segment(m, bytes, fd, was_active);
   close(fd);
   c = (Control*)m;
@@ -194,6 +204,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   __atomic_store_n(&g_session.mode, kOff, __ATOMIC_RELEASE);
   Control* c = g_ctl;
   if (!c) return 0;
+  reap_check_copy(c);
   return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots), c->real) +
                restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots), c->real));
 }

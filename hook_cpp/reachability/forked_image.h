@@ -145,6 +145,8 @@ class ForkedImage {
                                          {CLONE_FILES, 0, 0, 0, 0}, &r, &child);
     if (child > 0) {
       pid_ = child;
+      __atomic_store_n(&ctl->check_copy, child, __ATOMIC_RELEASE);  // (reaped by the library
+                                                                     // if memhook dies first)
       int st = 0;  // its first stop, before any instruction of its own
       if (waitpid(pid_, &st, __WALL) == pid_ && WIFSTOPPED(st))
         ptrace(PTRACE_SETOPTIONS, pid_, nullptr, (void*)PTRACE_O_EXITKILL);
@@ -180,6 +182,7 @@ class ForkedImage {
                                      {uint64_t(copy), 0, __WALL, 0}, &r, nullptr);
     one.resume();
     *paused_ns = monotonic_ns() - t0;
+    if (ok && r == copy) __atomic_store_n(&ctl->check_copy, 0, __ATOMIC_RELEASE);
     return ok && r == copy;
   }
 
