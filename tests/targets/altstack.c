@@ -30,9 +30,17 @@ NOINLINE static void lost_above(void) {
   sink = NULL;
 }
 
+/* The stack below this thread's frames, where lost_above's pointer lingered: cleared. (Its
+ * interrupted stack is read whole while it runs on the alternate stack: stale words count.) */
+NOINLINE static void scrub(void) {
+  volatile char junk[16384];
+  memset((char*)junk, 0, sizeof junk);
+}
+
 NOINLINE static void* holder(void* arg) {
   stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16, .ss_flags = 0};
   lost_above();  /* (in this thread's arena, above its alternate stack) */
+  scrub();
   sigaltstack(&ss, NULL);
   sem_post(&in_handler);  /* (its alternate stack set) */
   for (;;) pause();
