@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 22;
+constexpr uint32_t kVersion = 23;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -190,8 +190,14 @@ struct alignas(64) Control {
   // The copy of the process the check reads (its PID) until the process has reaped it: killed
   // with memhook, it is this process's zombie, which the hook library reaps (lifecycle.h).
   int32_t check_copy;
+  // What the stub's last call returned, and which call it was (CallKind): a clone's copy is
+  // named here by the stub itself, however early memhook is killed.
+  int64_t call_result;
+  uint32_t call_kind;
+  uint32_t pad5;
 };
 enum CallState : uint32_t { kCallFree = 0, kCallArmed = 1, kCallTaken = 2 };
+enum CallKind : uint32_t { kCallNone = 0, kCallClone = 1, kCallWait = 2 };
 enum ExitState : uint32_t { kExitNone = 0, kExitAnnounced = 1, kExitDone = 2 };
 constexpr uint64_t kMaxWaitNs = 60000000000ull;  // --max-wait's bound: a minute per event
 

@@ -11,8 +11,13 @@ int g_abandoning;
 // see reaped (killed meanwhile): dead with memhook, its zombie is this process's, which nobody
 // else can reap. (wait4 with __WALL and no hang: the copy's exit signal is none.)
 void reap_check_copy(Control* c) {
-  const int32_t copy = c ? __atomic_exchange_n(&c->check_copy, 0, __ATOMIC_ACQ_REL) : 0;
+  if (!c) return;
+  const int32_t copy = __atomic_exchange_n(&c->check_copy, 0, __ATOMIC_ACQ_REL);
   if (copy > 0) syscall(SYS_wait4, copy, nullptr, __WALL | WNOHANG, nullptr);
+  // (memhook killed between the clone and its note of it: the stub noted it)
+  if (__atomic_load_n(&c->call_kind, __ATOMIC_ACQUIRE) != kCallClone) return;
+  const int64_t made = __atomic_exchange_n(&c->call_result, 0, __ATOMIC_ACQ_REL);
+  if (made > 0 && made != copy) syscall(SYS_wait4, (pid_t)made, nullptr, __WALL | WNOHANG, nullptr);
 }
 
 // memhook stopped beating: pass everything through, put every slot back, give the rings' pages

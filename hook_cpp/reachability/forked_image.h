@@ -78,6 +78,8 @@ inline bool injected_syscall(StoppedThread& t, uint64_t stub, Control* ctl, long
   arch::as_resumed(after.data());
   for (size_t i = 0; i < after.size() && i < size_t(kCallRegs); i++)
     __atomic_store_n(&ctl->call_regs[i], after[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&ctl->call_result, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&ctl->call_kind, child ? kCallClone : kCallWait, __ATOMIC_RELAXED);
   __atomic_store_n(&ctl->call_state, kCallArmed, __ATOMIC_SEQ_CST);
   std::vector<uint64_t> r = t.regs;
   r[arch::kRegsProgramCounter] = stub;

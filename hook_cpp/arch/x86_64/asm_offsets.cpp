@@ -82,6 +82,8 @@ int main() {
   define("CALL_STATE_FROM_REGS", offsetof(Control, call_state) - offsetof(Control, call_regs),
          "Control::call_state, from call_regs");
   define("CALL_TAKEN", kCallTaken, "CallState: the stub has taken the registers");
+  define("CALL_RESULT_FROM_REGS", offsetof(Control, call_result) - offsetof(Control, call_regs),
+         "Control::call_result, from call_regs");
   define_hex("TABLE_TAG_LIMIT", kTagMask + 1, "a user-space pointer's tag is below");
   define_hex("TABLE_INDEX_MASK", (1u << kTableBits) - 1, "table_index()");
   define("ENTRY_CURSOR_SHIFT", kDepShift - 3, "a table entry's event: cursor << this");

@@ -24,6 +24,7 @@ memhook_syscall_stub:
   mov memhook_ctl@GOTPCREL(%rip), %r12
   mov (%r12), %r12
   lea CTL_CALL_REGS(%r12), %r12
+  mov %rax, CALL_RESULT_FROM_REGS(%r12)  // (a copy's PID: reaped later if memhook is gone)
   mov 19*8(%r12), %rsp  // rsp, less the red zone a leaf function may keep data in
   sub $128, %rsp
   push 16*8(%r12)       // rip: where ret returns to
