@@ -68,7 +68,7 @@ def fork_stub(session) -> tuple[int, str]:
     then reads the copy while the target runs on, reachability/forked_image.h), or 0 and why
     the target is read stopped instead: --check-by stop, or a seccomp filter (a clone() it
     forbids could kill the process). The copy's pause is the shorter even for small programs
-    (0.3 ms against 1.7 ms for a 3 MiB one, 18 ms against 941 ms for 1 GiB of 1 KiB blocks:
+    (0.3 ms against 1.7 ms for a 3 MiB one, 19 ms against 978 ms for 1 GiB of 1 KiB blocks:
     benchmarks/leak_check.py), so it is the default."""
     if session.options.check_by == "stop" or not session.lib_base or \
             not getattr(session, "library", ""):
