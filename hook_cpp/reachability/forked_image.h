@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@
 
 namespace memhook::reachability {
 
-// How long a call waits for the last call's thread to take its registers (forked_image.h).
+// How long a call waits for the last call's thread to take its registers.
 constexpr uint64_t kCallAreaWaitNs = 2000000000ull;
 
 // The last call's thread has taken its registers from Control::call_regs (it may not have run
@@ -40,26 +41,28 @@ inline bool call_area_free(Control* ctl) {
   return true;
 }
 
-// A page below `sp` in one writable mapping of `pid`: room for the stub's return (152 bytes
-// under the red zone). A thread at the very end of its stack is not made to make a call.
-inline bool room_below(int pid, uint64_t sp) {
+// The writable mappings of `pid`, [lo, hi), read once for every thread a call may be asked of.
+inline std::vector<std::pair<uint64_t, uint64_t>> writable_mappings(int pid) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
   FILE* f = fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "re");
-  if (!f) return false;
+  if (!f) return out;
   char line[512];
-  bool ok = false;
-  while (!ok && fgets(line, sizeof line, f)) {
+  while (fgets(line, sizeof line, f)) {
     unsigned long lo, hi;
     char perms[8] = {0};
-    ok = sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[0] == 'r' &&
-         perms[1] == 'w' && lo + 4096 <= sp && sp <= hi;
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[0] == 'r' && perms[1] == 'w')
+      out.emplace_back(lo, hi);
   }
   fclose(f);
-  return ok;
+  return out;
 }
 
-inline bool set_regs(int tid, const std::vector<uint64_t>& regs) {  // (NT_PRSTATUS)
-  struct iovec io = {const_cast<uint64_t*>(regs.data()), regs.size() * 8};
-  return ptrace(PTRACE_SETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) == 0;
+// A page below `sp` in one writable mapping: room for the stub's return (152 bytes under the
+// red zone). A thread at the very end of its stack is not made to make a call.
+inline bool room_below(const std::vector<std::pair<uint64_t, uint64_t>>& writable, uint64_t sp) {
+  for (auto& [lo, hi] : writable)
+    if (lo + 4096 <= sp && sp <= hi) return true;
+  return false;
 }
 
 // One system call made by stopped thread `t` at `stub`: the registers it must have after the
@@ -103,10 +106,8 @@ inline bool injected_syscall(StoppedThread& t, uint64_t stub, Control* ctl, long
     const int event = st >> 16;
     if (WSTOPSIG(st) == (SIGTRAP | 0x80)) {
       if (entered) {
-        std::vector<uint64_t> now(t.regs.size());
-        struct iovec io = {now.data(), now.size() * 8};
-        *result = ptrace(PTRACE_GETREGSET, t.tid, (void*)(uintptr_t)NT_PRSTATUS, &io) == 0
-                      ? long(now[arch::kRegsSyscallNumber]) : -EIO;
+        std::vector<uint64_t> now;
+        *result = get_regs(t.tid, &now) ? long(now[arch::kRegsSyscallNumber]) : -EIO;
         break;
       }
       entered = true;
@@ -135,8 +136,9 @@ class ForkedImage {
       *why = "no thread to make the copy";
       return false;
     }
+    const auto writable = writable_mappings(pid);
     size_t k = 0;
-    while (k < threads.size() && !room_below(pid, threads[k].sp())) k++;
+    while (k < threads.size() && !room_below(writable, threads[k].sp())) k++;
     if (k == threads.size()) {
       *why = "no thread has room on its stack for the call";
       return false;
@@ -177,7 +179,7 @@ class ForkedImage {
     StoppedThreads one;
     std::string why;
     if (!one.stop_one(target, deadline_ns, &why) ||
-        !room_below(target, one.threads()[0].sp()))
+        !room_below(writable_mappings(target), one.threads()[0].sp()))
       return false;
     long r = 0;
     const bool ok = injected_syscall(one.mutable_threads()[0], stub, ctl, SYS_wait4,

@@ -26,6 +26,20 @@
 
 namespace memhook::reachability {
 
+// A thread's general registers (NT_PRSTATUS), as PTRACE_GETREGSET gives them and
+// PTRACE_SETREGSET takes them.
+inline bool get_regs(int tid, std::vector<uint64_t>* regs) {
+  regs->assign(64, 0);
+  struct iovec io = {regs->data(), regs->size() * 8};
+  if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) return false;
+  regs->resize(io.iov_len / 8);
+  return true;
+}
+inline bool set_regs(int tid, const std::vector<uint64_t>& regs) {
+  struct iovec io = {const_cast<uint64_t*>(regs.data()), regs.size() * 8};
+  return ptrace(PTRACE_SETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) == 0;
+}
+
 struct StoppedThread {
   int tid;
   int signal = 0;  // a signal the thread stopped to take: given back at detach
@@ -138,14 +152,11 @@ class StoppedThreads {
     // A stop to take a signal (a seized thread's interrupt and group stops carry an event in
     // the high bits): the signal is given back at detach, a SIGTRAP too.
     if (WIFSTOPPED(st) && (st >> 16) == 0) t.signal = WSTOPSIG(st);
-    t.regs.assign(64, 0);
-    struct iovec io = {t.regs.data(), t.regs.size() * 8};
-    if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) {
+    if (!get_regs(tid, &t.regs)) {
       *why = "cannot read the registers of thread " + std::to_string(tid);
       threads_.push_back(t);
       return false;
     }
-    t.regs.resize(io.iov_len / 8);
     threads_.push_back(std::move(t));
     return true;
   }
