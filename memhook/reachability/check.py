@@ -53,9 +53,12 @@ def heaps_known(session) -> bool:
 COPY_MS_PER_GIB = 20.0
 
 
-def too_big(session) -> str:
-    """Why no check can stay within --max-pause, or ''."""
-    rss = procfs.memory(session.pid).get("rss_bytes", 0)
+def too_big(session, status: dict) -> str:
+    """Why no check can stay within --max-pause, or ''. `status`: procfs.status()."""
+    try:
+        rss = int(status.get("VmRSS", "0 kB").split()[0]) * 1024
+    except (ValueError, IndexError):
+        rss = 0
     ms = rss / 2**30 * COPY_MS_PER_GIB
     if ms <= session.options.max_pause_ms:
         return ""
@@ -63,7 +66,7 @@ def too_big(session) -> str:
             f"{ms:.0f} ms, beyond --max-pause ({session.options.max_pause_ms:g} ms)")
 
 
-def fork_stub(session) -> tuple[int, str]:
+def fork_stub(session, status: dict) -> tuple[int, str]:
     """Where the check has the target copy itself (the hook library's syscall stub: the scan
     then reads the copy while the target runs on, reachability/forked_image.h), or 0 and why
     the target is read stopped instead: --check-by stop, or a seccomp filter (a clone() it
@@ -71,13 +74,10 @@ def fork_stub(session) -> tuple[int, str]:
     (0.3 ms against 1.7 ms for a 3 MiB one, 19 ms against 978 ms for 1 GiB of 1 KiB blocks:
     benchmarks/leak_check.py), so it is the default."""
     if session.options.check_by == "stop" or not session.lib_base or \
-            not getattr(session, "library", ""):
+            not getattr(session, "library", "") or not status:
         return 0, ""
-    try:
-        if procfs.status(session.pid).get("Seccomp", "0") != "0":
-            return 0, "a seccomp filter: the target is not made to clone itself"
-    except OSError:
-        return 0, ""
+    if status.get("Seccomp", "0") != "0":
+        return 0, "a seccomp filter: the target is not made to clone itself"
     offset = elf.exported_offsets(session.library).get("memhook_syscall_stub")
     return (session.lib_base + offset, "") if offset else (0, "")
 
@@ -89,10 +89,14 @@ def check(session) -> dict:
     known = heaps_known(session)
     arena = glibc_main_arena(session)
     max_pause_ms = session.options.max_pause_ms
-    big = too_big(session)
+    try:
+        status = procfs.status(session.pid)  # (one read for both)
+    except OSError:
+        status = {}
+    big = too_big(session, status)
     if big:
         return {"skipped": big, "heaps_known": known, "max_pause_ms": max_pause_ms}
-    stub, why_not = fork_stub(session)
+    stub, why_not = fork_stub(session, status)
     r = session.consumer.check_leaks(session.pid, memhooks_own(session) + arena, known,
                                      max_pause_ms, stub)
     notes = [f"read stopped: {why_not}"] if why_not else []
