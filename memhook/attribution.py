@@ -17,7 +17,7 @@ RUNTIME_MODULES = (
     "libc.so*", "libc-*.so", "libc.musl*", "ld-linux*", "ld-musl*", "ld-*.so", "libstdc++.so*",
     "libc++.so*", "libc++abi.so*", "libgcc_s.so*", "libm.so*", "libm-*.so", "libpthread*",
     "libdl.so*", "libdl-*.so", "libjemalloc.so*", "libtcmalloc*.so*", "libmimalloc*.so*",
-    "libmemhook_hook.so*")
+    "libmemhook_hook.so*", "libpython3*.so*")
 RUNTIME_FUNCTIONS = (
     "std::*", "__gnu_cxx::*", "__cxxabiv1::*", "__cxa_*", "operator new*", "operator delete*",
     "_IO_*", "__libc_*", "__GI_*", "_dl_*", "__tls_get_addr", "call_init", "_init",
@@ -175,10 +175,25 @@ def is_marker(frame: dict) -> bool:
     return not frame.get("module") and (frame.get("function") or "").startswith("[")
 
 
+# Python's own library: the standard library's files (not the packages installed beside it) and
+# the modules frozen into the interpreter.
+PYTHON_LIBRARY = re.compile(r"/lib(?:64)?/python3\.\d+t?/(?!(?:site|dist)-packages/)|^<frozen ")
+
+
+def is_python_library(frame: dict) -> bool:
+    return bool(PYTHON_LIBRARY.search(frame.get("file") or ""))
+
+
 def attributed(frames: list, rules: Rules = DEFAULT) -> int:
     """The index of the stack's attributed frame: the first, from the allocation upwards, that
     is neither the runtime's nor a marker. A stack wholly in the runtime (a runtime library's
-    constructor) is attributed to its first frame."""
+    constructor) is attributed to its first frame. A stack with Python frames is attributed to
+    the first of them in the program's own code (not Python's library, nor the runtime by the
+    function globs), or else to the first of them."""
+    python = [i for i, f in enumerate(frames) if f.get("kind") == "python" and not is_marker(f)]
+    if python:
+        return next((i for i in python if not is_python_library(frames[i])
+                     and not rules.is_runtime(frames[i])), python[0])
     for i, f in enumerate(frames):
         if not is_marker(f) and not rules.is_runtime(f):
             return i

@@ -89,10 +89,11 @@ def leak_site(r: dict, rules=None, full_names: bool = False, width: int | None =
         return "?"
     at = _attributed_index(r, rules)
     shown = path_into_runtime(frames, at) + [frames[at]]
-    shorten = Shortener((f.get("function") for f in shown), full=full_names)
+    shorten = Shortener((f.get("function") for f in shown if f.get("kind") != "python"),
+                        full=full_names)
 
-    def named(f):
-        return {**f, "function": shorten(f.get("function"))}
+    def named(f):  # (a Python frame's qualified name is short already: Class.method.<locals>)
+        return f if f.get("kind") == "python" else {**f, "function": shorten(f.get("function"))}
     via = [frame_name(named(f)) for f in shown[:-1]]
     line = frame_text(named(frames[at])) + (f"  (via {' <- '.join(via)})" if via else "")
     if width and len(line) > width:  # the path into the runtime goes first, then the file's

@@ -40,7 +40,8 @@ class Follower:
         self.session, self.recorder, self.a = session, recorder, a
         # The program's exit() waits for the leak check, which step() takes when it asks.
         session.consumer.set_check_at_exit(session.options.reachability)
-        self.symbolizer = Symbolizer(session.modules.values(), cache=symbols)
+        self.symbolizer = Symbolizer(session.modules.values(), cache=symbols,
+                                     python_code=session.python_code, depth=session.options.depth)
         self.view = LiveView(session, recorder, a.top, sys.stdout.isatty() and not view_label,
                              view_label, getattr(a, "runtime", None),
                              getattr(a, "full_names", False))

@@ -13,6 +13,7 @@ from . import (_native, allocator_stats, allocators, elf, entry_patch, heap_cens
                module_files, procfs, resident)
 from .inject import AttachRequest, DetachRequest, WayIn
 from .reachability.check import check as check_reachability
+from .inject import python_interpreter
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .procfs import TargetError
@@ -21,6 +22,9 @@ from .unwind_tables import UnwindTables
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ENTRY_WAIT_S = 0.5  # how long attach waits for a thread to enter malloc before picking another
 MAX_SIZE = 2**64 - 1
+# The code area of a Python target (code_records.h): a few hundred bytes per code object met,
+# in pages touched only as records are written.
+CODE_AREA_BYTES = 64 << 20
 
 
 @dataclass
@@ -180,6 +184,10 @@ class Session:
     kept_files: set = field(default_factory=set)  # build-ids module_files has handled
     published_modules: frozenset = frozenset()  # the module keys that index covers
     way_in: WayIn | None = None  # how the session got in: detach goes out the same way
+    python: python_interpreter.Interpreter | None = None  # a CPython the target runs
+    # its code objects' records by number, and how far they were read (capture/python_code.py)
+    python_code: dict = field(default_factory=dict)
+    code_read: int = 0
     launched: bool = False  # memhook run started it, held before its constructors
     embedded_suppressions: str = ""  # what its __lsan_default_suppressions() returned
 
@@ -230,6 +238,8 @@ class Session:
                                 if o.skip and o.skip != "memhook's own library"]
         self.allocators = layout.allocators
         plans, area = self._plan_entries(layout)
+        self.python = python_interpreter.find(self.pid, layout.objects)
+        python_frames = self.python is not None and self.python.layout is not None
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)
@@ -250,7 +260,10 @@ class Session:
                                          p.trampoline) for p in plans],
                                entry_area=area,
                                max_wait_ns=round(self.options.max_wait_s * 1e9),
-                               lossless=self.options.lossless)
+                               lossless=self.options.lossless,
+                               python_bytes=CODE_AREA_BYTES if python_frames else 0)
+        if python_frames:
+            self.consumer.set_python(self.python.layout)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
         # (before the way in: a forked child runs on as soon as memhook_start has run in it)
@@ -551,6 +564,16 @@ class Session:
         finally:
             os.close(fd)
 
+    def python_state(self) -> dict | None:
+        """The interpreter found, and whether its frames were read (and if not, why)."""
+        if self.python is None:
+            return None
+        d = self.python.describe()
+        if self.python.layout is not None and self.segment is not None:
+            d["code_objects"] = len(self.python_code)
+            d["unrecorded"] = int(self.consumer.python_unrecorded())
+        return d
+
     def metadata(self) -> dict:
         from . import __version__
         return {
@@ -582,6 +605,7 @@ class Session:
                             "refused": [{"function": allocators.shown(n), "why": w}
                                         for n, w in f.refused],
                             "note": f.line()} for f in self.allocators],
+            "python": self.python_state(),
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,
                        "without_rows": self.unwind.without_rows(self.modules)},

@@ -7,7 +7,9 @@
 
 namespace memhook {
 
-constexpr int kMaxDepth = 128;  // frames a record carries at most
+constexpr int kMaxDepth = 128;  // native frames a backtrace walks at most (--depth)
+// Frames a record carries at most: native ones, then Python ones (python_frames.h).
+constexpr int kMaxRecordFrames = 192;
 
 // Records are sequences of 8-byte words, the first a header:
 //   bits 0-7 kind, 8-15 op (hook id), 16-23 nframes, 24-63 aux (a dependency, or a tid).
@@ -33,6 +35,12 @@ constexpr int kMaxDepth = 128;  // frames a record carries at most
 // frames: return addresses, the call site first. A walk cut short ends with a marker no return
 // address can be: kFrameNoUnwindInfo (code without unwind rows, where a frame-pointer step
 // failed too, or CFI no row can express) or kFrameUnwindStopped (a row that led off the stack).
+// In a Python process the native frames are followed by the thread's Python frames, innermost
+// first (hook_library/python_frames.h), each a word no return address can be: bit 63 set, bit
+// 62 on the outermost Python frame one _PyEval_EvalFrameDefault call ran, bits 32-61 the code
+// object's record (its offset in the code area / 8, plus 1; 0: none, the area was full), bits
+// 0-31 the byte offset of the instruction the frame was at. A walk that met something that is
+// no frame of code ends with kPythonUnreadable.
 //
 // A dependency names an event by where it starts: (ring number 1..254) << 32 | (its start
 // cursor / 8) mod 2^32; 0 is none. The event has been applied once the consumer's read cursor
@@ -50,6 +58,9 @@ constexpr int kRecentShift = 56;
 constexpr uint64_t kSizeMask = (uint64_t(1) << kRecentShift) - 1;
 constexpr uint32_t kRecentStacks = 32;  // per ring; a power of two
 constexpr uint64_t kFrameNoUnwindInfo = 1, kFrameUnwindStopped = 2;
+constexpr uint64_t kPythonFrame = uint64_t(1) << 63, kPythonEntry = uint64_t(1) << 62;
+constexpr int kPythonCodeShift = 32;
+constexpr uint64_t kPythonUnreadable = kPythonFrame | 0xffffffffu;  // (code record 0)
 constexpr uint64_t kPtrMask = (uint64_t(1) << kPtrBits) - 1;
 
 constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux) {
@@ -59,12 +70,12 @@ constexpr uint64_t header(EventKind kind, int op, uint64_t nframes, uint64_t aux
 // A record's header, read back.
 struct RecordHeader {
   uint8_t kind, op;
-  uint32_t nframes;  // at most kMaxDepth, whatever the header claims
+  uint32_t nframes;  // at most kMaxRecordFrames, whatever the header claims
   uint64_t aux;
 };
 inline RecordHeader decode_header(uint64_t hdr) {
   const uint32_t nf = uint32_t(hdr >> 16) & 0xff;
-  return {uint8_t(hdr), uint8_t(hdr >> 8), nf < uint32_t(kMaxDepth) ? nf : uint32_t(kMaxDepth),
+  return {uint8_t(hdr), uint8_t(hdr >> 8), nf < uint32_t(kMaxRecordFrames) ? nf : uint32_t(kMaxRecordFrames),
           hdr >> kDepShift};
 }
 

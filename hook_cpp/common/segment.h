@@ -21,7 +21,7 @@
 namespace memhook {
 
 constexpr uint64_t kMagic = 0x314b4f4f484d454dULL;  // "MEMHOOK1" little-endian
-constexpr uint32_t kVersion = 23;
+constexpr uint32_t kVersion = 24;
 constexpr int kMaxHooks = 160;       // hook ids (hooks.def) are < kMaxHooks
 constexpr int kMaxKnownObjects = 1024;
 constexpr int kMaxLateSlots = 4096;
@@ -94,6 +94,53 @@ enum StatsState : uint32_t { kStatsIdle = 0, kStatsRunning = 1, kStatsDone = 2,
                              kStatsFailed = 3 };
 constexpr int kStatsValues = 8;
 constexpr uint64_t kStatsNone = ~uint64_t(0);
+
+// A Python interpreter in the target (hook_library/python_frames.h): where CPython keeps a
+// thread's frames and a code object's names, as memhook found them for the target's version
+// (memhook/inject/python_layouts.py). Offsets are bytes; -1: the version has no such field.
+enum InstrKind : uint32_t {
+  kInstrLastiBytes = 0,  // int f_lasti, a byte offset (3.8, 3.9)
+  kInstrLastiUnits = 1,  // int f_lasti, in 2-byte code units (3.10)
+  kInstrPointer = 2      // a pointer into the code object's own instructions (3.11 on)
+};
+enum RunKind : uint32_t {
+  kRunEachFrame = 0,  // every frame is a call of _PyEval_EvalFrameDefault (to 3.10)
+  kRunFlag = 1,       // frame_is_entry marks the first frame of a call (3.11)
+  kRunAfterShim = 2   // a call begins after a frame owned by the C stack (3.12 on)
+};
+constexpr uint32_t kPythonDepth = 64;  // Python frames a record carries at most
+struct PythonLayout {
+  uint64_t this_thread_state;  // PyGILState_GetThisThreadState; 0: no Python frames
+  uint64_t code_type, unicode_type, bytes_type;  // &PyCode_Type, &PyUnicode_Type, &PyBytes_Type
+  uint32_t minor;  // the version: 3.minor
+  uint32_t depth;  // Python frames a record carries at most
+  int32_t tstate_frame;    // the thread state's frame, or its cframe (3.11, 3.12)
+  int32_t cframe_current;  // the cframe's current frame; -1: tstate_frame is the frame
+  int32_t frame_previous, frame_code, frame_instr, frame_owner, frame_is_entry;
+  uint32_t instr_kind;  // InstrKind
+  uint32_t run_kind;    // RunKind
+  int32_t owner_generator, owner_cstack;
+  int32_t code_name, code_filename, code_firstlineno, code_linetable, code_firsttraceable,
+      code_units;
+  uint32_t str_length, str_state, str_ascii_data, str_compact_data;
+  uint32_t bytes_size, bytes_data;
+};
+// A code object's record in the code area (after the unwind area, Control::python_bytes long):
+// the header, then the name, file name and line table, padded to 8 bytes. The hooks append
+// them (Control::python_used, atomic) the first time a code object is seen; `bytes` is written
+// last, so a reader stops at the first 0 and comes back later.
+constexpr uint32_t kCodeTableCut = 1;  // flags: the line table was cut short
+constexpr uint32_t kMaxCodeString = 4096, kMaxCodeTable = 1 << 18;
+struct CodeRecord {
+  uint32_t bytes;
+  uint32_t flags;
+  uint64_t code;  // the code object's address
+  int32_t firstlineno;
+  uint8_t name_kind, file_kind;  // bytes per character (1, 2, 4) as CPython keeps the string
+  uint8_t minor, pad;
+  uint32_t name_bytes, file_bytes, table_bytes, pad2;
+};
+static_assert(sizeof(CodeRecord) == 40, "a code record's header is 40 bytes");
 
 struct alignas(64) Control {
   // Written by memhook before injection.
@@ -195,6 +242,12 @@ struct alignas(64) Control {
   int64_t call_result;
   uint32_t call_kind;
   uint32_t pad5;
+  // A Python interpreter (python_frames.h): its layout, written by memhook before injection;
+  // the code area's size, and what the hooks took of it and could not record.
+  PythonLayout python;
+  uint64_t python_bytes;
+  uint64_t python_used;
+  uint64_t python_unrecorded;  // code objects seen when the area was full
 };
 enum CallState : uint32_t { kCallFree = 0, kCallArmed = 1, kCallTaken = 2 };
 enum CallKind : uint32_t { kCallNone = 0, kCallClone = 1, kCallWait = 2 };
@@ -304,5 +357,10 @@ inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth
 inline size_t unwind_offset(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
   return (segment_bytes(nrings, ring_bytes, depth) + 4095) & ~size_t(4095);
 }
+// The code area (CodeRecord), after the unwind area, Control::python_bytes long.
+inline size_t code_area_offset(const Control& c) {
+  return unwind_offset(c.nrings, c.ring_bytes, c.depth) + c.unwind_bytes;
+}
+constexpr uint64_t kMaxCodeAreaBytes = uint64_t(1) << 30;
 
 }  // namespace memhook

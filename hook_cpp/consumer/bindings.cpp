@@ -485,7 +485,7 @@ PYBIND11_MODULE(_native, m) {
          uint64_t entry_area, uint32_t entry_area_bytes,
          const std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t, py::bytes,
                                       py::bytes>>& entries,
-         uint64_t max_wait_ns, bool lossless) {
+         uint64_t max_wait_ns, bool lossless, uint64_t python_bytes) {
         std::vector<PlannedSlot> plan;
         for (auto& [addr, id, real_fn, lo, hi, ro] : slots)
           plan.push_back(PlannedSlot{addr, id, real_fn, lo, hi, ro});
@@ -496,7 +496,7 @@ PYBIND11_MODULE(_native, m) {
         format_segment(fd, nrings, ring_bytes, depth, clock, min_size, max_size, pid, real,
                        known, abandon_after_s, sample_rate, no_avx512, unwind_bytes, owner_pid,
                        owner_start, plan, entry_area, entry_area_bytes, planned, max_wait_ns,
-                       lossless);
+                       lossless, python_bytes);
       },
       py::arg("fd"), py::arg("nrings"), py::arg("ring_bytes"), py::arg("depth"),
       py::arg("clock"), py::arg("min_size"), py::arg("max_size"), py::arg("pid"),
@@ -507,7 +507,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("entry_area") = 0, py::arg("entry_area_bytes") = 0,
       py::arg("entries") = std::vector<std::tuple<uint64_t, uint32_t, uint64_t, uint32_t,
                                                   py::bytes, py::bytes>>{},
-      py::arg("max_wait_ns") = 0, py::arg("lossless") = false,
+      py::arg("max_wait_ns") = 0, py::arg("lossless") = false, py::arg("python_bytes") = 0,
       "Size and fill a new segment; `slots`: (address, hook id, real function, PLT lo, PLT hi, "
       "read-only) of each slot to patch (the hook library decides, target stopped); `entries`: "
       "(address, hook id, cell, length, first 32 bytes, trampoline) of each entry to patch in "
@@ -599,6 +599,14 @@ PYBIND11_MODULE(_native, m) {
   m.attr("ROW_LAST") = kRowLast;
   m.attr("FRAME_NO_UNWIND_INFO") = kFrameNoUnwindInfo;
   m.attr("FRAME_UNWIND_STOPPED") = kFrameUnwindStopped;
+  m.attr("PYTHON_FRAME") = kPythonFrame;
+  m.attr("PYTHON_ENTRY") = kPythonEntry;
+  m.attr("PYTHON_CODE_SHIFT") = kPythonCodeShift;
+  m.attr("PYTHON_UNREADABLE") = kPythonUnreadable;
+  m.attr("PYTHON_DEPTH") = kPythonDepth;
+  m.attr("CODE_RECORD_BYTES") = sizeof(CodeRecord);
+  m.attr("CODE_TABLE_CUT") = kCodeTableCut;
+  m.attr("MAX_RECORD_FRAMES") = kMaxRecordFrames;
   m.def(
       "segment_layout",
       [](uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
@@ -735,6 +743,40 @@ PYBIND11_MODULE(_native, m) {
       .def("reconcile", &Consumer::reconcile, py::arg("mem_fd"))
       .def("loads", &Consumer::loads)
       .def("set_follow_forks", &Consumer::set_follow_forks)
+      .def(
+          "set_python",
+          [](Consumer& c, const py::dict& d) {
+            PythonLayout l{};
+            auto get = [&](const char* k, auto* field) {
+              if (!d.contains(k)) throw std::invalid_argument(std::string("python layout: ") + k);
+              *field = py::cast<std::remove_pointer_t<decltype(field)>>(d[k]);
+            };
+#define MEMHOOK_FIELD(f) get(#f, &l.f);
+            MEMHOOK_FIELD(this_thread_state) MEMHOOK_FIELD(code_type) MEMHOOK_FIELD(unicode_type)
+            MEMHOOK_FIELD(bytes_type) MEMHOOK_FIELD(minor) MEMHOOK_FIELD(depth)
+            MEMHOOK_FIELD(tstate_frame) MEMHOOK_FIELD(cframe_current)
+            MEMHOOK_FIELD(frame_previous) MEMHOOK_FIELD(frame_code) MEMHOOK_FIELD(frame_instr)
+            MEMHOOK_FIELD(frame_owner) MEMHOOK_FIELD(frame_is_entry) MEMHOOK_FIELD(instr_kind)
+            MEMHOOK_FIELD(run_kind) MEMHOOK_FIELD(owner_generator) MEMHOOK_FIELD(owner_cstack)
+            MEMHOOK_FIELD(code_name) MEMHOOK_FIELD(code_filename) MEMHOOK_FIELD(code_firstlineno)
+            MEMHOOK_FIELD(code_linetable) MEMHOOK_FIELD(code_firsttraceable)
+            MEMHOOK_FIELD(code_units) MEMHOOK_FIELD(str_length) MEMHOOK_FIELD(str_state)
+            MEMHOOK_FIELD(str_ascii_data) MEMHOOK_FIELD(str_compact_data)
+            MEMHOOK_FIELD(bytes_size) MEMHOOK_FIELD(bytes_data)
+#undef MEMHOOK_FIELD
+            c.set_python(l);
+          },
+          py::arg("layout"),
+          "Where the target's CPython keeps frames and names (PythonLayout), before injection.")
+      .def(
+          "code_records",
+          [](const Consumer& c, uint64_t from) {
+            auto [data, next] = c.code_records(from);
+            return py::make_tuple(py::bytes(data), next);
+          },
+          py::arg("from_byte"),
+          "(the code records completed from `from_byte` on, the byte after them).")
+      .def("python_unrecorded", &Consumer::python_unrecorded)
       .def("set_check_at_exit", &Consumer::set_check_at_exit)
       .def("exit_announced", &Consumer::exit_announced)
       .def("exit_done", &Consumer::exit_done)

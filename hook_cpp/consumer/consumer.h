@@ -49,7 +49,8 @@ class Consumer {
     if (ctl_->magic != kMagic || ctl_->version != kVersion ||
         ctl_->depth > (uint32_t)kMaxDepth || ctl_->nrings > kMaxRings ||
         ctl_->unwind_bytes > kMaxUnwindBytes ||
-        bytes_ < unwind_offset(ctl_->nrings, ctl_->ring_bytes, ctl_->depth) + ctl_->unwind_bytes)
+        ctl_->python_bytes > kMaxCodeAreaBytes ||
+        bytes_ < code_area_offset(*ctl_) + ctl_->python_bytes)
       throw std::runtime_error("segment has the wrong format");
     clock0_ = read_clock(ctl_->clock);
     ns0_ = monotonic_ns();
@@ -211,6 +212,29 @@ class Consumer {
   bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
   uint32_t loads() const { return __atomic_load_n(&ctl_->loads, __ATOMIC_ACQUIRE); }
+
+  // A Python interpreter's layout for the hooks (python_frames.h), before injection.
+  void set_python(const PythonLayout& layout) {
+    ctl_->python = layout;
+    if (layout.depth > kPythonDepth) ctl_->python.depth = kPythonDepth;
+  }
+  // The code records the hooks completed from byte `from` of the code area on (CodeRecord),
+  // whole, and where the next begins: a record still being written ends the reading.
+  std::pair<std::string, uint64_t> code_records(uint64_t from) const {
+    const uint64_t cap = ctl_->python_bytes;
+    const uint64_t used = std::min(__atomic_load_n(&ctl_->python_used, __ATOMIC_ACQUIRE), cap);
+    const uint8_t* area = base_ + code_area_offset(*ctl_);
+    uint64_t at = from;
+    while (at + sizeof(CodeRecord) <= used) {
+      const uint32_t n = __atomic_load_n((const uint32_t*)(area + at), __ATOMIC_ACQUIRE);
+      if (n < sizeof(CodeRecord) || n % 8 || at + n > used) break;
+      at += n;
+    }
+    return {std::string((const char*)area + from, at - from), at};
+  }
+  uint64_t python_unrecorded() const {
+    return __atomic_load_n(&ctl_->python_unrecorded, __ATOMIC_RELAXED);
+  }
 
   // --follow-fork (hook_library/lifecycle.h): children forked with the hooks armed announce
   // themselves and wait until their entry is cleared.

@@ -122,7 +122,7 @@ class RingReader {
     uint32_t start = (uint32_t)dep;
     uint32_t read = uint32_t(rings_[no - 1].read >> 3);
     uint32_t ahead = uint32_t(__atomic_load_n(&r->write, __ATOMIC_ACQUIRE) >> 3) - read;
-    uint32_t slack = 8 + 2 * kMaxDepth;  // the largest record, in words
+    uint32_t slack = 8 + 2 * kMaxRecordFrames;  // the largest record, in words
     return uint32_t(start - read) > ahead + slack;
   }
 

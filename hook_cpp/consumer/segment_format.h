@@ -44,7 +44,7 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
                     const std::vector<PlannedSlot>& plan = {},
                     uint64_t entry_area = 0, uint32_t entry_area_bytes = 0,
                     const std::vector<PlannedEntry>& entries = {}, uint64_t max_wait_ns = 0,
-                    bool lossless = false) {
+                    bool lossless = false, uint64_t python_bytes = 0) {
   if (nrings == 0 || nrings > kMaxRings)
     throw std::invalid_argument("rings must be between 1 and " + std::to_string(kMaxRings));
   if (ring_bytes < 4096 || (ring_bytes & (ring_bytes - 1)) != 0)
@@ -64,8 +64,11 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
       throw std::invalid_argument("an entry patch plan out of bounds");
   if (unwind_bytes > kMaxUnwindBytes || unwind_bytes % 4096)
     throw std::invalid_argument("unwind area must be a multiple of 4096 bytes, at most 1 GiB");
+  if (python_bytes > kMaxCodeAreaBytes || python_bytes % 4096)
+    throw std::invalid_argument("code area must be a multiple of 4096 bytes, at most 1 GiB");
   const size_t at = unwind_offset(nrings, ring_bytes, depth);
-  if (ftruncate(fd, (off_t)(at + unwind_bytes)) != 0) throw std::runtime_error("cannot size segment");
+  if (ftruncate(fd, (off_t)(at + unwind_bytes + python_bytes)) != 0)
+    throw std::runtime_error("cannot size segment");
   if (unwind_bytes) {  // the area's header: nothing published yet
     UnwindArea head{};
     head.used = sizeof(UnwindArea);
@@ -91,6 +94,7 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
   c->owner_pid = owner_pid;
   c->owner_start = owner_start;
   c->unwind_bytes = unwind_bytes;
+  c->python_bytes = python_bytes;
   c->heartbeat_ns = monotonic_ns();  // the pulse starts now: memhook dying before attach counts
   c->abandon_after_ns = (uint64_t)(abandon_after_s * 1e9);
   c->max_wait_ns = std::min<uint64_t>(max_wait_ns, kMaxWaitNs);

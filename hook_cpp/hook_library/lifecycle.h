@@ -37,6 +37,7 @@ __attribute__((noinline)) void abandon() {
                unwind = unwind_offset(g_nrings, g_ring_bytes, g_depth);
   madvise((uint8_t*)c + rings, (recent - rings) & ~size_t(4095), MADV_REMOVE);  // (whole pages)
   if (g_unwind_bytes) madvise((uint8_t*)c + unwind, g_unwind_bytes, MADV_REMOVE);
+  if (g_code_bytes) madvise(g_code_area, g_code_bytes, MADV_REMOVE);
   madvise(g_table, sizeof g_table, MADV_DONTNEED);
   reap_check_copy(c);
   __atomic_store_n(&c->abandoned, 1, __ATOMIC_RELEASE);
@@ -106,7 +107,8 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   Control* c = (Control*)m;
   if (c->magic != kMagic || c->version != kVersion || c->control_bytes != sizeof(Control) ||
       c->unwind_bytes > kMaxUnwindBytes || c->unwind_bytes % 4096 ||
-      bytes < unwind_offset(c->nrings, c->ring_bytes, c->depth) + c->unwind_bytes ||
+      c->python_bytes > kMaxCodeAreaBytes || c->python_bytes % 4096 ||
+      bytes < code_area_offset(*c) + c->python_bytes ||
       c->depth > kMaxDepth ||
       c->depth < 1 || (c->ring_bytes & (c->ring_bytes - 1)) != 0 || c->nrings > kMaxRings) {
     munmap(m, bytes);
@@ -140,6 +142,16 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;
   g_depth = c->depth;
+  // Python frames (python_frames.h), where memhook found an interpreter and a layout for it.
+  madvise(g_code_seen, sizeof g_code_seen, MADV_DONTNEED);  // the last session's records
+  g_code_area = (uint8_t*)m + code_area_offset(*c);
+  g_code_bytes = c->python_bytes;
+  const bool python = c->python.this_thread_state && c->python_bytes;
+  g_python = python ? &c->python : nullptr;
+  g_record_frames =
+      g_depth + (python ? min_of<uint32_t>(min_of<uint32_t>(c->python.depth, kPythonDepth),
+                                           kMaxRecordFrames - g_depth)
+                        : 0);
   g_clock = c->clock;
   g_sample_rate = c->sample_rate;
   g_size_filter = c->min_size || c->max_size != UINT64_MAX;

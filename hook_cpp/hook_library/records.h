@@ -28,7 +28,13 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
   if (same_stack(c, from, ret0))  // the recent stack again: no frames
     return {p & kPtrMask, size | c->size_bits, 0};  // its depth is the recent stack's (segment.h)
   uint64_t caller;
-  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  if (g_python) {
+    const uint32_t k = python_frames(frames + n, g_record_frames - n);
+    // Python stacks differ where the native words do not: never compared, always read.
+    if (k) c->ret0 = 0;
+    n += k;
+  }
   if (!c->ret0) return {with_depth(t, p, caller), size, n};  // a walk not kept
   c->size_bits = uint64_t(i + 1) << kRecentShift;
   return {with_depth(t, p, caller), size | c->size_bits, n};
@@ -50,7 +56,7 @@ __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p
                                                  Origin from) {
   uint64_t w;
   if (!event_ring(t)) return;
-  if (!reserve(t, 8 * (3 + g_depth), &w)) return drop(t.ring);
+  if (!reserve(t, 8 * (3 + g_record_frames), &w)) return drop(t.ring);
   publish(t, w + 8 * write_alloc(t, record_at(t, w), w, op, p, size, from));
 }
 
@@ -58,7 +64,7 @@ __attribute__((noinline)) void record_alloc_slow(ThreadState& t, int op, void* p
 __attribute__((always_inline)) inline void record_alloc(ThreadState& t, int op, void* p,
                                                         uint64_t size, Origin from) {
   const uint64_t w = t.write;
-  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow(t, op, p, size, from);
+  if (!fast_room(t, w, 8 * (3 + g_record_frames))) return record_alloc_slow(t, op, p, size, from);
   publish(t, w + 8 * write_alloc(t, record_at(t, w), w, op, p, size, from));
 }
 
@@ -79,7 +85,7 @@ __attribute__((always_inline)) inline void* record_alloc_leaf(void* p, uint64_t 
   ThreadState& t = t_state;
   enter(t);
   const uint64_t w = t.write;
-  if (!fast_room(t, w, 8 * (3 + g_depth))) return record_alloc_slow_leave(t, Op, p, size, from);
+  if (!fast_room(t, w, 8 * (3 + g_record_frames))) return record_alloc_slow_leave(t, Op, p, size, from);
   publish(t, w + 8 * write_alloc(t, record_at(t, w), w, Op, p, size, from));
   leave(t);
   return p;
@@ -154,7 +160,7 @@ void* record_realloc(ThreadState& t, int op, void* old, uint64_t& size, bool tra
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
   uint64_t w;
-  if (!reserve(t, 8 * (5 + g_depth), &w)) {
+  if (!reserve(t, 8 * (5 + g_record_frames), &w)) {
     // No room for an allocation: the new block goes unrecorded, but the free of `old` is
     // recorded all the same in a free's room, unless even that is full.
     if (!track_old || !reserve(t, 16, &w, true)) {

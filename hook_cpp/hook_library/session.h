@@ -9,6 +9,7 @@ Control* g_ctl;
 uint8_t* g_rings;
 uint8_t* g_recent_stacks;  // kRecentStacks RecentStack entries per ring (segment.h)
 uint32_t g_nrings, g_ring_bytes, g_depth, g_clock;
+uint32_t g_record_frames;  // frames a record may carry: g_depth native, then Python ones
 uint64_t g_min_size, g_max_size;
 uint64_t g_sample_rate;  // 0: trace every call
 bool g_selective;        // a size filter or sampling: allocations need a closer look

@@ -70,6 +70,8 @@ class Capture:
     # SNAP blocks (snapshots.py), in order: number, time_s, reason, totals, rss_bytes, and
     # `sites` ({id, SITE_COLUMNS} of the stacks with any activity then)
     snapshots: list = field(default_factory=list)
+    # PYCO blocks (python_code.py): Python code objects' records, by number
+    python_code: dict = field(default_factory=dict)
 
     @property
     def stack_count(self) -> int:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import procfs, resident
-from . import snapshots
+from . import python_code, snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
                      TICK_CHUNKS, TOP_STACKS, Capture)
 from .writer import Writer
@@ -59,6 +59,10 @@ class Recorder:
             self.modules_written = len(self.session.modules)
 
     def _stacks(self) -> None:
+        # Code records first: a stack's Python frames name records written before its event.
+        new = python_code.read_new(self.session)
+        if new and self.writer:
+            self.writer.json(b"PYCO", python_code.to_json(new))
         offsets, frames = self.session.consumer.stacks(self.stacks_written)
         if len(offsets) > 1:
             if self.writer:
@@ -78,6 +82,8 @@ class Recorder:
 
     def tick(self, final: bool = False) -> None:
         consumer = self.session.consumer
+        if not self.writer:
+            python_code.read_new(self.session)  # (the live view names Python frames by them)
         now = time.monotonic() - self._t0
         totals = consumer.totals()
         row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
@@ -253,8 +259,9 @@ def current(session) -> Capture:
     # are for stacks not read.
     n = len(offsets) - 1
     sites = {k: v.astype(np.uint64)[:n] for k, v in consumer.sites().items()}
+    python_code.read_new(session)
     return Capture(meta, module_table(session.modules.values()), sites, offsets.astype(np.uint64),
-                   frames.astype(np.uint64))
+                   frames.astype(np.uint64), python_code=dict(session.python_code))
 
 
 def totals_now(session, totals: dict | None = None) -> dict:

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from . import private_file, snapshots
+from . import private_file, python_code, snapshots
 from .format import BLOCK, HEADER, MAGIC, VERSION, Capture
 
 
@@ -84,6 +84,8 @@ def write(path: str, cap: Capture) -> None:
     w.arrays(b"STKS", first=np.array(0, np.uint64), offsets=cap.stack_offsets,
              frames=cap.stack_frames)
     w.arrays(b"AGGR", **cap.sites)
+    if cap.python_code:
+        w.json(b"PYCO", python_code.to_json(cap.python_code))
     for snap in cap.snapshots:
         w.arrays(b"SNAP", **snapshots.block({k: snap.get(k) for k in snapshots.FIELDS},
                                              snap["sites"], ids=snap["sites"]["id"]))

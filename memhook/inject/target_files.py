@@ -109,7 +109,8 @@ class Segment:
                  clock: int, min_size: int, max_size: int, real: dict, known: list,
                  abandon_after_s: float = 5.0, sample_rate: int = 0, no_avx512: bool = False,
                  unwind_bytes: int = 0, slots: list = (), entries: list = (),
-                 entry_area: tuple = (0, 0), max_wait_ns: int = 0, lossless: bool = False):
+                 entry_area: tuple = (0, 0), max_wait_ns: int = 0, lossless: bool = False,
+                 python_bytes: int = 0):
         self.name = _name(info.pid)
         where, self.note = segment_dir(info.pid)
         self.target_path = f"/{where}/{self.name}"
@@ -125,7 +126,7 @@ class Segment:
                                    info.pid, real, known, abandon_after_s, sample_rate, no_avx512,
                                    unwind_bytes, os.getpid(), start_ticks(os.getpid()),
                                    list(slots), entry_area[0], entry_area[1], list(entries),
-                                   max_wait_ns, lossless)
+                                   max_wait_ns, lossless, python_bytes)
             self.consumer = _native.Consumer(fd)
         except BaseException:
             os.close(fd)

@@ -176,6 +176,7 @@ def mapping_rows(mappings: dict, cap: Capture, symbolizer: Symbolizer) -> dict:
 def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) -> dict:
     """The JSON report: sites sorted by outstanding bytes, largest first."""
     filters = filters or Filters()
+    symbolizer.use(cap)
     candidates = _candidate_stacks(cap, filters)
     symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
     sites = []
@@ -225,6 +226,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
         # allocation functions beside libc's, and whether their calls were traced (allocators.py)
         "allocators": [a for a in meta.get("allocators", []) if isinstance(a, dict)],
     }
+    if isinstance(meta.get("python"), dict):  # a CPython, and whether its frames were read
+        report["python"] = meta["python"]
     check = categories.summary(meta)
     if check:
         report["leak_check"] = check

@@ -64,7 +64,7 @@ def over_time(cap: Capture, report: dict, symbolizer):
         top = sorted(final, key=lambda s: -final[s])[:STACKS_SHOWN]
         total = np.asarray(cap.series["outstanding_bytes"], np.float64)
         layers = [series[s] for s in top]
-        labels = distinct_labels([stack_frames(symbolizer, cap.frames(s)) for s in top])
+        labels = distinct_labels([stack_frames(symbolizer.use(cap), cap.frames(s)) for s in top])
         rest = np.maximum(total - np.sum(layers, axis=0), 0) if layers else total
         # From attach, when nothing of the session was outstanding yet: a capture shorter than
         # one interval (memhook run of a short program) has a single point, and an area needs two.

@@ -281,6 +281,19 @@ def before_attach_lost_lines(groups: list, shown: int) -> list[str]:
     return lines
 
 
+def python_lines(python: dict | None) -> list:
+    """The interpreter memhook found, and whether its frames are in the stacks."""
+    if not python:
+        return []
+    version = f"CPython {python.get('version') or '(version unknown)'}"
+    if not python.get("frames"):
+        return [f"  Python frames not read: {one_line(str(python.get('why', '')), limit=300)}"]
+    line = f"  {version}: Python frames read ({python.get('code_objects', 0)} code objects named"
+    if python.get("unrecorded"):
+        line += f"; {python['unrecorded']} code objects unnamed: the code area was full"
+    return [line + ")"]
+
+
 def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool = False) -> str:
     """The text report. One-line names (a stack's header, the suspects) are short
     (short_names.py) unless `full_names`; the stacks' frame listings are always full."""
@@ -307,7 +320,7 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         + census_frees_text(report) + "; "
         f"dropped events: {t['dropped_events']}",
     ]
-    lines += abandoned_lines(report) + dropped_frees_lines(t)
+    lines += abandoned_lines(report) + dropped_frees_lines(t) + python_lines(report.get("python"))
     if t.get("sample_rate"):
         lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")
@@ -388,10 +401,16 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         if s.get("processes"):
             lines.append("      in " + ", ".join(f"PID {p['pid']}: {p['outstanding_bytes']} bytes"
                                                  for p in s["processes"]))
-        for f in s["frames"][:frames]:
+        # From a few frames below the attributed one where it lies deeper than the frames shown
+        # (a Python stack's first Python frame, under the interpreter's own).
+        at = s.get("attributed_frame") or 0
+        first = at - 3 if at >= frames - 1 else 0
+        if first:
+            lines.append(f"      ... {first} frames into the runtime")
+        for f in s["frames"][first:first + frames]:
             lines.append(f"      {frame_text(f)}")
-        if len(s["frames"]) > frames:
-            lines.append(f"      ... {len(s['frames']) - frames} more frames")
+        if len(s["frames"]) > first + frames:
+            lines.append(f"      ... {len(s['frames']) - first - frames} more frames")
     lines += suppression_lines(report)
     return "\n".join(lines)
 

@@ -26,7 +26,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
 from .. import _native, module_files, unwind_tables
-from . import symbol_cache
+from . import python_frames, symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
@@ -645,9 +645,13 @@ class Symbolizer:
     """Resolves return addresses against a capture's module table."""
 
     def __init__(self, modules, lookup: Lookup | None = None, tool: str = "auto",
-                 cache: dict | None = None):
+                 cache: dict | None = None, python_code: dict | None = None, depth: int = 0):
         """`cache`: per-file symbols shared with other symbolizers of the same thread (the
-        processes of one run map the same files; pyelftools' readers are not thread-safe)."""
+        processes of one run map the same files; pyelftools' readers are not thread-safe).
+        `python_code`: the capture's code records (its Python frames' names); `depth`: the
+        native frames its walks stopped at (0: unknown)."""
+        self.python_code = python_code if python_code is not None else {}
+        self.depth = depth or _native.MAX_DEPTH
         self.line_tool = LineTool.find(tool)
         self.native_lines = tool in ("auto", "libdw")
         self.lookup = lookup or Lookup()
@@ -655,13 +659,20 @@ class Symbolizer:
         self.problems: dict = {}  # module path -> why it could not be symbolized
         self.set_modules(modules)
 
-    def for_modules(self, modules) -> "Symbolizer":
-        """Another module table (another process of the same run or capture), with this one's
-        lookup, line tool and per-file symbols."""
+    def for_modules(self, modules, python_code: dict | None = None) -> "Symbolizer":
+        """Another module table (another process of the same run or capture, and its code
+        records), with this one's lookup, line tool and per-file symbols."""
         other = copy.copy(self)  # (shares lookup, line tool and the per-file symbols dict)
         other.problems = {}
+        other.python_code = python_code if python_code is not None else {}
         other.set_modules(modules)
         return other
+
+    def use(self, cap) -> "Symbolizer":
+        """A capture's code records and walk depth (its Python frames' names and places)."""
+        self.python_code = cap.python_code
+        self.depth = int(cap.meta.get("depth") or 0) or _native.MAX_DEPTH
+        return self
 
     def set_modules(self, modules) -> None:
         """A new module table (libraries came or went); per-file symbols are kept."""
@@ -808,7 +819,11 @@ def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     them: `attributed_frame` goes on the stack)."""
     addresses = [int(x) for x in addresses] if not hasattr(addresses, "tolist") \
         else addresses.tolist()
+    native, words = python_frames.split(addresses)
     out: list = []
-    for x in addresses:
+    for x in native:
         out += symbolizer.frame_dicts(x)
+    if words:
+        out = python_frames.interleave(out, words, symbolizer.python_code,
+                                       native_cut=len(native) >= symbolizer.depth)
     return without_root_marker(out) if _native.FRAME_NO_UNWIND_INFO in addresses else out

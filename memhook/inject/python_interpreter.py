@@ -1,0 +1,134 @@
+"""A CPython interpreter in the target: which object holds it (the executable, or libpython),
+its version and build, and the layout the hooks read its frames by (python_layouts.py). Found
+from the target's files and read from its memory while it runs; nothing is loaded or called in
+it. Debug and free-threaded builds keep other layouts: refused in one line."""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+from elftools.common.exceptions import ELFError
+
+from .. import elf
+from ..allocators import STT_FUNC
+from ..procfs import Memory
+from . import python_layouts
+
+STT_OBJECT = 1
+FUNCTIONS = ("PyGILState_GetThisThreadState",)
+OBJECTS = ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version", "_PyRuntime")
+# Symbols only a debug build (Py_REF_DEBUG) or a free-threaded one (Py_GIL_DISABLED) defines.
+DEBUG_SYMBOLS = ("_Py_RefTotal", "_Py_NegativeRefcount", "_Py_GetGlobalRefTotal")
+FREE_THREADED_SYMBOLS = ("_Py_MergeZeroLocalRefcount", "_PyObject_MergePerThreadRefcounts")
+TP_BASICSIZE = 32  # PyTypeObject.tp_basicsize, after PyObject_VAR_HEAD and tp_name
+NAME_VERSION = re.compile(r"python(\d)\.(\d+)")
+RODATA_VERSION = re.compile(rb"\x00(3\.(\d{1,2})\.\d{1,2}(?:(?:a|b|rc)\d+)?\+?)\x00")
+
+
+@dataclass
+class Interpreter:
+    """What memhook found: `layout` for the hooks (None: no Python frames, `why` says why)."""
+    path: str
+    version: str = ""
+    minor: int = 0
+    layout: dict | None = None
+    why: str = ""
+    symbols: dict = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        d = {"path": self.path, "version": self.version, "frames": self.layout is not None}
+        if self.why:
+            d["why"] = self.why
+        return d
+
+
+def _symbols(file, names, kinds) -> dict:
+    f, e = elf._open_elf(file)
+    with f:
+        out = {}
+        for table in (".dynsym", ".symtab"):
+            for name, value, _, info in elf.named_symbols(e, table, names):
+                if info & 0xF in kinds and name not in out:
+                    out[name] = value
+        rodata = e.get_section_by_name(".rodata")
+        out["_rodata"] = rodata.data() if rodata is not None and not out.get("Py_Version") else b""
+        return out
+
+
+def _version(obj, syms: dict, mem: Memory) -> tuple[str, int]:
+    if "Py_Version" in syms:  # 3.11 on: PY_VERSION_HEX
+        hexv = mem.u32(obj.bias + syms["Py_Version"])
+        major, minor, micro = hexv >> 24, hexv >> 16 & 0xFF, hexv >> 8 & 0xFF
+        level = {0xA: "a", 0xB: "b", 0xC: "rc"}.get(hexv >> 4 & 0xF, "")
+        serial = str(hexv & 0xF) if level else ""
+        return f"{major}.{minor}.{micro}{level}{serial}", minor if major == 3 else 0
+    for m in RODATA_VERSION.finditer(syms.get("_rodata", b"")):
+        return m.group(1).decode(), int(m.group(2))
+    m = NAME_VERSION.search(os.path.basename(obj.path))
+    return (f"{m.group(1)}.{m.group(2)}", int(m.group(2)) if m.group(1) == "3" else 0) if m \
+        else ("", 0)
+
+
+def find(pid: int, objects: list) -> Interpreter | None:
+    """The interpreter among the target's loaded objects (elf.LoadedObject), or None."""
+    for obj in objects:
+        if obj.skip == "memhook's own library" or not obj.file:
+            continue
+        try:
+            syms = _symbols(obj.file, FUNCTIONS + OBJECTS + DEBUG_SYMBOLS + FREE_THREADED_SYMBOLS,
+                            (STT_FUNC, STT_OBJECT))
+        except (OSError, ELFError, ValueError, KeyError):
+            continue
+        if not all(n in syms for n in FUNCTIONS + OBJECTS[:3]):
+            continue
+        with Memory(pid) as mem:
+            return _examine(obj, syms, mem)
+    return None
+
+
+def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
+    found = Interpreter(obj.path)
+    found.version, found.minor = _version(obj, syms, mem)
+    name = f"CPython {found.version or '(version unknown)'}"
+    if any(s in syms for s in FREE_THREADED_SYMBOLS):
+        found.why = f"{name} is a free-threaded build: memhook reads the frames of GIL builds"
+        return found
+    if any(s in syms for s in DEBUG_SYMBOLS):
+        found.why = f"{name} is a debug build: memhook reads the frames of release builds"
+        return found
+    if found.minor not in python_layouts.LAYOUTS:
+        found.why = f"{name}: memhook reads the frames of CPython 3.8 to 3.13"
+        return found
+    table = python_layouts.LAYOUTS[found.minor]
+    basicsize = mem.u64(obj.bias + syms["PyCode_Type"] + TP_BASICSIZE)
+    if basicsize != table["code_basicsize"]:
+        found.why = (f"{name}: its code objects are {basicsize} bytes, not the "
+                     f"{table['code_basicsize']} of a release build: frames not read")
+        return found
+    problem = _check_debug_offsets(obj, syms, mem, found.minor) if found.minor >= 13 else ""
+    if problem:
+        found.why = f"{name}: {problem}: frames not read"
+        return found
+    found.symbols = {k: obj.bias + v for k, v in syms.items() if not k.startswith("_rodata")}
+    found.layout = python_layouts.hook_layout(found.minor, {
+        "this_thread_state": found.symbols["PyGILState_GetThisThreadState"],
+        "code_type": found.symbols["PyCode_Type"],
+        "unicode_type": found.symbols["PyUnicode_Type"],
+        "bytes_type": found.symbols["PyBytes_Type"]})
+    return found
+
+
+def _check_debug_offsets(obj, syms: dict, mem: Memory, minor: int) -> str:
+    """3.13 on: the offsets _PyRuntime states of itself (_Py_DebugOffsets) against the table's."""
+    at = obj.bias + syms["_PyRuntime"]
+    words = struct.unpack(f"<8s{max(python_layouts.DEBUG_OFFSET_WORDS.values())}Q",
+                          mem.read(at, 8 * (1 + max(python_layouts.DEBUG_OFFSET_WORDS.values()))))
+    if words[0] != python_layouts.DEBUG_OFFSETS_COOKIE:
+        return "its _PyRuntime has no debug offsets"
+    if words[python_layouts.DEBUG_OFFSETS_FREE_THREADED]:
+        return "a free-threaded build"
+    table = python_layouts.LAYOUTS[minor]
+    differ = [k for k, i in python_layouts.DEBUG_OFFSET_WORDS.items() if words[i] != table[k]]
+    return f"its debug offsets differ from 3.{minor}'s ({', '.join(differ)})" if differ else ""
