@@ -165,6 +165,7 @@ class Consumer {
     stop();
     std::lock_guard<std::mutex> lock(mutex_);
     dropped_at_release_ = dropped_counts();  // the counters live in the pages released below
+    kept_code_ = code_records(0).first;        // and the code records (after the unwind area)
     released_ = true;
     const size_t rings = rings_offset(),
                  recent = recent_stacks_offset(ctl_->nrings, ctl_->ring_bytes),
@@ -221,6 +222,10 @@ class Consumer {
   // The code records the hooks completed from byte `from` of the code area on (CodeRecord),
   // whole, and where the next begins: a record still being written ends the reading.
   std::pair<std::string, uint64_t> code_records(uint64_t from) const {
+    if (released_) {  // (release_rings kept them)
+      from = std::min<uint64_t>(from, kept_code_.size());
+      return {kept_code_.substr(from), kept_code_.size()};
+    }
     const uint64_t cap = ctl_->python_bytes;
     const uint64_t used = std::min(__atomic_load_n(&ctl_->python_used, __ATOMIC_ACQUIRE), cap);
     const uint8_t* area = base_ + code_area_offset(*ctl_);
@@ -312,6 +317,7 @@ class Consumer {
   bool released_ = false;
   bool reconciled_ = false;
   Dropped dropped_at_release_;
+  std::string kept_code_;  // the code records, once release_rings gave their pages back
 };
 
 }  // namespace memhook
