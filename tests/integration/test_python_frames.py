@@ -2,8 +2,11 @@
 installed in it names each allocation's Python functions, files and lines, in place of the
 interpreter's own frames, byte for byte against what the program kept and what tracemalloc saw."""
 import os
+import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +152,40 @@ def test_a_c_extension_leak_shows_the_c_function_under_its_python_caller(targets
     assert python_frames(s)[0] == ("call_extension", "leak_service.py",
                                    marker_line("leak_service.py", "# EXTENSION"))
     assert attributed(s)["function"] == "call_extension"
+
+
+@pytest.mark.parametrize("version", ["3.8", "3.11", "3.13"])
+def test_frames_equal_py_spys_of_the_paused_target(targets, tmp_path, version):
+    """The extension keeps a block and waits: py-spy dump --native reads the thread standing
+    where memhook recorded the allocation. The same Python frames (name, file, line) and the
+    same native frames where py-spy names them, in the same order."""
+    t = service(targets, INTERPRETERS[version], tmp_path, extension=True)
+    t.command("ext")  # (imported before attach)
+    os.mkfifo(tmp_path / "wait.fifo")
+    mh = Memhook(t.pid, tmp_path)
+    t.proc.stdin.write("wait\n")
+    t.proc.stdin.flush()
+    dump = ""
+    for _ in range(100):  # until the thread stands in the extension
+        dump = subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--native",
+                               "--pid", str(t.pid)], capture_output=True, text=True).stdout
+        if "ext_keep_and_wait" in dump:
+            break
+        time.sleep(0.1)
+    with open(tmp_path / "wait.fifo", "w"):
+        pass
+    t.expect("done")
+    rep = mh.stop()
+    assert t.finish() == 0
+    thread = dump.split('"MainThread"', 1)[1].strip().splitlines()
+    spy = [re.fullmatch(r"\s*(\S+) \((.+?)(?::(\d+))?\)", line).groups() for line in thread]
+    spy = [(name, os.path.basename(where), int(line) if line else None)
+           for name, where, line in spy[1:] if not name.startswith("0x")]  # (the wait itself)
+    [s] = [s for s in rep["sites"] if any(f["function"] == "ext_keep_and_wait"
+                                           for f in s["frames"])]
+    ours = [(f["function"], os.path.basename(f["file"] or ""), f["line"]) for f in s["frames"]]
+    named = {name for name, _, _ in spy}
+    # (native lines differ: the thread stands at the wait now, the block's call then)
+    assert [f[0] for f in ours if f[0] in named] == [f[0] for f in spy], (ours, dump)
+    assert python_frames(s) == [f for f in spy if f[1] == "leak_service.py"]
+    assert len(python_frames(s)) == 4 and s["outstanding_bytes"] == 6000

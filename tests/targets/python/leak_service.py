@@ -1,8 +1,8 @@
 """A command-driven Python service (tests/integration/test_python_frames.py): `leak` keeps 1,000
 bytes objects (leak_module.leak_here), `churn` makes and frees as many, `threads` runs four
 threads that each keep blocks from a function of their own, `exec` keeps blocks from code made
-by exec() and then drops that code, `ext` calls a C extension that leaks through malloc.
-Python 3.8 to 3.13; nothing but the standard library (and the extension, where built)."""
+by exec() and then drops that code, `ext` calls a C extension that leaks through malloc,
+`wait` has it keep a block and wait for wait.fifo to be opened and closed. Python 3.8 to 3.13; nothing but the standard library (and the extension, where built)."""
 import gc
 import sys
 import threading
@@ -63,6 +63,11 @@ def call_extension():
     leak_ext.leak(5000)  # EXTENSION
 
 
+def call_and_wait():
+    import leak_ext
+    leak_ext.keep_and_wait(6000, "wait.fifo")  # WAIT
+
+
 def handle(command):
     if command == "leak":
         leak_module.leak_here(held)  # HANDLE
@@ -74,6 +79,8 @@ def handle(command):
         run_exec()
     elif command == "ext":
         call_extension()
+    elif command == "wait":
+        call_and_wait()
     elif command == "stats":
         # What tracemalloc saw of leak_here's line, and the exact bytes of what it kept.
         stat = next((s for s in tracemalloc.take_snapshot().statistics("lineno")
