@@ -572,6 +572,7 @@ class Session:
         if self.python.layout is not None and self.segment is not None:
             d["code_objects"] = len(self.python_code)
             d["unrecorded"] = int(self.consumer.python_unrecorded())
+            d["allocators"] = bool(self.consumer.python_allocators_hooked())
         return d
 
     def metadata(self) -> dict:

@@ -124,6 +124,12 @@ struct PythonLayout {
       code_units;
   uint32_t str_length, str_state, str_ascii_data, str_compact_data;
   uint32_t bytes_size, bytes_data;
+  // The allocator structs (PyMemAllocatorEx: ctx, malloc, calloc, realloc, free) PyMem_Malloc
+  // and PyObject_Malloc call through; 0: not found (python_allocator.h). hooked: set by the
+  // target once its hooks are in them.
+  uint64_t mem_allocator, obj_allocator;
+  uint32_t allocators_hooked;
+  uint32_t pad;
 };
 // A code object's record in the code area (after the unwind area, Control::python_bytes long):
 // the header, then the name, file name and line table, padded to 8 bytes. The hooks append

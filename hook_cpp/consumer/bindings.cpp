@@ -763,6 +763,7 @@ PYBIND11_MODULE(_native, m) {
             MEMHOOK_FIELD(code_units) MEMHOOK_FIELD(str_length) MEMHOOK_FIELD(str_state)
             MEMHOOK_FIELD(str_ascii_data) MEMHOOK_FIELD(str_compact_data)
             MEMHOOK_FIELD(bytes_size) MEMHOOK_FIELD(bytes_data)
+            MEMHOOK_FIELD(mem_allocator) MEMHOOK_FIELD(obj_allocator)
 #undef MEMHOOK_FIELD
             c.set_python(l);
           },
@@ -777,6 +778,8 @@ PYBIND11_MODULE(_native, m) {
           py::arg("from_byte"),
           "(the code records completed from `from_byte` on, the byte after them).")
       .def("python_unrecorded", &Consumer::python_unrecorded)
+      .def("python_allocators_hooked",
+           [](const Consumer& c) { return c.control().python.allocators_hooked != 0; })
       .def("set_check_at_exit", &Consumer::set_check_at_exit)
       .def("exit_announced", &Consumer::exit_announced)
       .def("exit_done", &Consumer::exit_done)

@@ -60,5 +60,6 @@ using namespace memhook;
 #include "exit_check.h"      // exit(): wait for memhook's leak check
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
                               // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
+#include "python_allocator.h" // CPython's allocator structs: pymalloc's calls, to the hooks
 #include "lifecycle.h"        // memhook_start, abandon
 #include "allocator_stats.h"  // jemalloc's, tcmalloc's, mimalloc's own statistics

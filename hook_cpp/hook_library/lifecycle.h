@@ -29,6 +29,7 @@ __attribute__((noinline)) void abandon() {
   lock_scan();
   restore_slots<false>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots), c->real);
   restore_slots<false>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots), c->real);
+  unhook_python_allocators(c);
   unlock_scan();
   g_unwind = nullptr;
   // The rings and the unwind area; not the recent stacks, which a hook on another thread may be
@@ -201,6 +202,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
 extern "C" __attribute__((visibility("default"))) int memhook_patch() {
   if (!active()) return -1;
   patch_planned(g_ctl);  // (entries first, by memhook_patch_entries: entry_patches.h)
+  hook_python_allocators(g_ctl);
   rescan_loaded();
   return (int)g_ctl->nlate;
 }
@@ -222,6 +224,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_stop() {
   Control* c = g_ctl;
   if (!c) return 0;
   reap_check_copy(c);
+  unhook_python_allocators(c);
   return (int)(restore_slots<true>(c->slots, min_of<uint32_t>(c->nslots, kMaxSlots), c->real) +
                restore_slots<true>(c->late, min_of<uint32_t>(c->nlate, kMaxLateSlots), c->real));
 }

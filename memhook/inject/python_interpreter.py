@@ -17,7 +17,7 @@ from ..procfs import Memory
 from . import python_layouts
 
 STT_OBJECT = 1
-FUNCTIONS = ("PyGILState_GetThisThreadState",)
+FUNCTIONS = ("PyGILState_GetThisThreadState", "PyObject_Malloc", "PyMem_Malloc")
 OBJECTS = ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version", "_PyRuntime")
 # Symbols only a debug build (Py_REF_DEBUG) or a free-threaded one (Py_GIL_DISABLED) defines.
 DEBUG_SYMBOLS = ("_Py_RefTotal", "_Py_NegativeRefcount", "_Py_GetGlobalRefTotal")
@@ -35,12 +35,15 @@ class Interpreter:
     minor: int = 0
     layout: dict | None = None
     why: str = ""
+    allocators_why: str = ""  # why PyObject_Malloc's calls are not traced
     symbols: dict = field(default_factory=dict)
 
     def describe(self) -> dict:
         d = {"path": self.path, "version": self.version, "frames": self.layout is not None}
         if self.why:
             d["why"] = self.why
+        if self.allocators_why:
+            d["allocators_why"] = self.allocators_why
         return d
 
 
@@ -81,7 +84,7 @@ def find(pid: int, objects: list) -> Interpreter | None:
                             (STT_FUNC, STT_OBJECT))
         except (OSError, ELFError, ValueError, KeyError):
             continue
-        if not all(n in syms for n in FUNCTIONS + OBJECTS[:3]):
+        if not all(n in syms for n in FUNCTIONS[:1] + OBJECTS[:3]):
             continue
         with Memory(pid) as mem:
             return _examine(obj, syms, mem)
@@ -112,12 +115,63 @@ def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
         found.why = f"{name}: {problem}: frames not read"
         return found
     found.symbols = {k: obj.bias + v for k, v in syms.items() if not k.startswith("_rodata")}
+    allocators = {d: allocator_struct(found.symbols.get(f), mem, (obj.lo, obj.hi))
+                  for d, f in (("mem_allocator", "PyMem_Malloc"),
+                               ("obj_allocator", "PyObject_Malloc"))}
+    if not all(allocators.values()):
+        found.allocators_why = ("CPython's allocator structs not found: Python objects are seen "
+                                "as pymalloc's arenas only")
+        allocators = dict.fromkeys(allocators, 0)
     found.layout = python_layouts.hook_layout(found.minor, {
         "this_thread_state": found.symbols["PyGILState_GetThisThreadState"],
         "code_type": found.symbols["PyCode_Type"],
         "unicode_type": found.symbols["PyUnicode_Type"],
-        "bytes_type": found.symbols["PyBytes_Type"]})
+        "bytes_type": found.symbols["PyBytes_Type"], **allocators})
     return found
+
+
+def allocator_struct(function: int | None, mem: Memory, text: tuple) -> int:
+    """The allocator struct (PyMemAllocatorEx) PyObject_Malloc or PyMem_Malloc at `function`
+    calls through: the first two words it reads, a word apart (ctx, then malloc), found by
+    following its first instructions (a load of _PyRuntime's address from the GOT, then
+    loads through it; or loads of the struct itself). 0 when not found or not a struct of four
+    functions of the interpreter's object (`text`: its address range)."""
+    if not function:
+        return 0
+    from iced_x86 import Code, Decoder, OpKind, Register
+    try:
+        code = mem.read(function, 96)
+    except OSError:
+        return 0
+    regs: dict = {}
+    reads: list = []
+    for n, insn in enumerate(Decoder(64, code, ip=function)):
+        if n >= 16 or insn.code == Code.RETNQ:
+            break
+        at = None
+        for i in range(insn.op_count):
+            if insn.op_kind(i) != OpKind.MEMORY:
+                continue
+            if insn.is_ip_rel_memory_operand:
+                at = insn.ip_rel_memory_address
+            elif insn.memory_base in regs and insn.memory_index == Register.NONE:
+                at = (regs[insn.memory_base] + insn.memory_displacement) & (2**64 - 1)
+        if at is None:
+            continue
+        reads.append(at)
+        if insn.code == Code.MOV_R64_RM64:
+            try:
+                regs[insn.op0_register] = mem.u64(at)
+            except (OSError, struct.error):
+                return 0
+    for a in reads:
+        if a + 8 in reads:
+            try:
+                words = struct.unpack("<5Q", mem.read(a, 40))
+            except (OSError, struct.error):
+                return 0
+            return a if all(text[0] <= w < text[1] for w in words[1:]) else 0
+    return 0
 
 
 def _check_debug_offsets(obj, syms: dict, mem: Memory, minor: int) -> str:
