@@ -112,6 +112,7 @@ constexpr uint32_t kPythonDepth = 64;  // Python frames a record carries at most
 struct PythonLayout {
   uint64_t this_thread_state;  // PyGILState_GetThisThreadState; 0: no Python frames
   uint64_t code_type, unicode_type, bytes_type;  // &PyCode_Type, &PyUnicode_Type, &PyBytes_Type
+  uint64_t type_type;  // &PyType_Type (the leak check's Python objects: interior_heuristics.h)
   uint32_t minor;  // the version: 3.minor
   uint32_t depth;  // Python frames a record carries at most
   int32_t tstate_frame;    // the thread state's frame, or its cframe (3.11, 3.12)

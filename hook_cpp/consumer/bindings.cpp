@@ -753,7 +753,8 @@ PYBIND11_MODULE(_native, m) {
             };
 #define MEMHOOK_FIELD(f) get(#f, &l.f);
             MEMHOOK_FIELD(this_thread_state) MEMHOOK_FIELD(code_type) MEMHOOK_FIELD(unicode_type)
-            MEMHOOK_FIELD(bytes_type) MEMHOOK_FIELD(minor) MEMHOOK_FIELD(depth)
+            MEMHOOK_FIELD(bytes_type) MEMHOOK_FIELD(type_type) MEMHOOK_FIELD(minor)
+            MEMHOOK_FIELD(depth)
             MEMHOOK_FIELD(tstate_frame) MEMHOOK_FIELD(cframe_current)
             MEMHOOK_FIELD(frame_previous) MEMHOOK_FIELD(frame_code) MEMHOOK_FIELD(frame_instr)
             MEMHOOK_FIELD(frame_owner) MEMHOOK_FIELD(frame_is_entry) MEMHOOK_FIELD(instr_kind)

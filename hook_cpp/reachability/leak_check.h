@@ -252,8 +252,9 @@ inline LeakCheck check_leaks(int pid, const std::vector<Range>& exclude, bool he
         }
         BlockReader reader(mem, pagemap);  // (the copy's, when it was made)
         auto word = [&](uint64_t a, uint64_t* v) { return reader.word(a, v); };
-        InteriorHeuristics<decltype(word)> heuristics(word, out.roots.readable_files,
-                                                      out.roots.executable_files);
+        InteriorHeuristics<decltype(word)> heuristics(
+            word, out.roots.readable_files, out.roots.executable_files,
+            ctl && ctl->python.this_thread_state ? ctl->python.type_type : 0);
         marking->heuristic = [&](const Block& b, uint64_t p) { return heuristics(b, p); };
         auto more = [&] { return monotonic_ns() < scan_deadline; };
         for (const StoppedThread& t : threads) marking->scan(t.regs.data(), t.regs.size(), true);

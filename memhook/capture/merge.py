@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .python_code import CODE_MASK, CODE_SHIFT, PYTHON_FRAME
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      SITE_COLUMNS, UNCERTAIN_COLUMNS, Capture)
 
@@ -33,6 +34,7 @@ def merge(caps: list[Capture]) -> Capture:
     offsets, frames, index = [0, 0], [], {}  # merged stacks (0: none), interned by frames
     columns = SITE_COLUMNS + UNCERTAIN_COLUMNS
     rows = []  # per process: merged stack id of each of its stacks
+    code: dict = {}  # python_code.CodeObject -> its merged number (forked workers share code)
     for cap in caps:
         mods = sorted(cap.modules, key=lambda m: m["lo"])
         los = np.array([m["lo"] for m in mods], np.uint64)
@@ -50,6 +52,7 @@ def merge(caps: list[Capture]) -> Capture:
         inside = (at >= 0) & (f < his[np.maximum(at, 0)]) if len(mods) else np.zeros(len(f), bool)
         moved = f.copy()
         moved[inside] = f[inside] + shift[at[inside]].astype(np.uint64)
+        renumber_python_frames(moved, cap.python_code, code)
         ids = np.zeros(cap.stack_count, np.int64)
         for s in range(1, cap.stack_count):
             key = moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])].tobytes()
@@ -109,8 +112,25 @@ def merge(caps: list[Capture]) -> Capture:
     return Capture(meta, list(modules.values()), sites, np.array(offsets, np.uint64),
                    np.concatenate(frames) if frames else np.zeros(0, np.uint64),
                    complete=all(c.complete for c in caps), processes=caps, behaviour=behaviour,
+                   python_code={n: c for c, n in code.items()},
                    by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
                                "stack_map": rows, **per})
+
+
+def renumber_python_frames(frames: np.ndarray, records: dict, merged: dict) -> None:
+    """Python frames (record_format.h) name their process's code records: renumbered in place
+    to the merged capture's, one number per code object alike in every process."""
+    python = (frames & np.uint64(PYTHON_FRAME)) != 0
+    if not python.any():
+        return
+    numbers = (frames[python] >> np.uint64(CODE_SHIFT)) & np.uint64(CODE_MASK)
+    new = np.zeros(len(numbers), np.uint64)
+    for n in np.unique(numbers).tolist():
+        c = records.get(n)
+        if c is not None:
+            new[numbers == n] = merged.setdefault(c, len(merged) + 1)
+    frames[python] = (frames[python] & ~np.uint64(CODE_MASK << CODE_SHIFT)) | (
+        new << np.uint64(CODE_SHIFT))
 
 
 def merged_leak_check(metas: list, rows: list) -> dict | None:

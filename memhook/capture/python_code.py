@@ -13,6 +13,10 @@ from .. import _native
 HEADER = struct.Struct("<IIQiBBBBIIII")
 assert HEADER.size == _native.CODE_RECORD_BYTES
 CODECS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+# A Python frame's word (common/record_format.h): its flag, and where its record's number lies.
+PYTHON_FRAME = _native.PYTHON_FRAME
+CODE_SHIFT = _native.PYTHON_CODE_SHIFT
+CODE_MASK = (1 << 30) - 1
 
 
 @dataclass(frozen=True)

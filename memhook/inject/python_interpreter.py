@@ -18,7 +18,8 @@ from . import python_layouts
 
 STT_OBJECT = 1
 FUNCTIONS = ("PyGILState_GetThisThreadState", "PyObject_Malloc", "PyMem_Malloc")
-OBJECTS = ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "Py_Version", "_PyRuntime")
+OBJECTS = ("PyCode_Type", "PyUnicode_Type", "PyBytes_Type", "PyType_Type", "Py_Version",
+           "_PyRuntime")
 # Symbols only a debug build (Py_REF_DEBUG) or a free-threaded one (Py_GIL_DISABLED) defines.
 DEBUG_SYMBOLS = ("_Py_RefTotal", "_Py_NegativeRefcount", "_Py_GetGlobalRefTotal")
 FREE_THREADED_SYMBOLS = ("_Py_MergeZeroLocalRefcount", "_PyObject_MergePerThreadRefcounts")
@@ -84,7 +85,7 @@ def find(pid: int, objects: list) -> Interpreter | None:
                             (STT_FUNC, STT_OBJECT))
         except (OSError, ELFError, ValueError, KeyError):
             continue
-        if not all(n in syms for n in FUNCTIONS[:1] + OBJECTS[:3]):
+        if not all(n in syms for n in FUNCTIONS[:1] + OBJECTS[:4]):
             continue
         with Memory(pid) as mem:
             return _examine(obj, syms, mem)
@@ -126,7 +127,8 @@ def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
         "this_thread_state": found.symbols["PyGILState_GetThisThreadState"],
         "code_type": found.symbols["PyCode_Type"],
         "unicode_type": found.symbols["PyUnicode_Type"],
-        "bytes_type": found.symbols["PyBytes_Type"], **allocators})
+        "bytes_type": found.symbols["PyBytes_Type"],
+        "type_type": found.symbols["PyType_Type"], **allocators})
     return found
 
 

@@ -659,12 +659,11 @@ class Symbolizer:
         self.problems: dict = {}  # module path -> why it could not be symbolized
         self.set_modules(modules)
 
-    def for_modules(self, modules, python_code: dict | None = None) -> "Symbolizer":
-        """Another module table (another process of the same run or capture, and its code
-        records), with this one's lookup, line tool and per-file symbols."""
+    def for_modules(self, modules) -> "Symbolizer":
+        """Another module table (another process of the same run or capture), with this one's
+        lookup, line tool and per-file symbols (use() gives it its capture's code records)."""
         other = copy.copy(self)  # (shares lookup, line tool and the per-file symbols dict)
         other.problems = {}
-        other.python_code = python_code if python_code is not None else {}
         other.set_modules(modules)
         return other
 

@@ -7,11 +7,11 @@ frames, and lists the Python frames after a marker rather than guessing where ea
 from __future__ import annotations
 
 from .. import _native
+from ..capture.python_code import CODE_MASK
 from .python_lines import line_at
 
 EVAL = "_PyEval_EvalFrameDefault"
 KIND = "python"
-CODE_MASK = (1 << 30) - 1
 UNREADABLE = "[Python frames unreadable]"
 UNRECORDED = "[Python code not recorded]"
 

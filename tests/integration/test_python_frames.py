@@ -1,6 +1,7 @@
 """Python frames (issue 45): memhook attached to a running CPython 3.8-3.13 with nothing
 installed in it names each allocation's Python functions, files and lines, in place of the
 interpreter's own frames, byte for byte against what the program kept and what tracemalloc saw."""
+import json
 import os
 import re
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Memhook, report_json
+from conftest import Memhook, memhook_cmd, report_json
 
 PYTHON_TARGETS = Path(__file__).parent.parent / "targets" / "python"
 PYENV = Path("/root/.pyenv/versions")
@@ -92,6 +93,10 @@ def test_a_leak_is_named_by_its_python_function_and_line(targets, tmp_path, vers
     assert sum(s["outstanding_bytes"] for s in at_line) == tm_bytes
     assert sum(s["outstanding_count"] for s in at_line) == tm_blocks >= 6000
     assert {"PyObject_Malloc", "PyMem_Realloc"} <= {o for s in at_line for o in s["operations"]}
+    # Held by the list, so reachable (the list points past each dict's collector header:
+    # interior_heuristics.h's pythonobject), none possibly lost.
+    assert sum(s["reachable_count"] for s in at_line) == tm_blocks
+    assert not sum(s["possibly_lost_count"] + s["definitely_lost_count"] for s in at_line)
     # The churn: named, and all freed.
     churn = [s for s in rep["sites"] if s["frames"] and attributed(s)["function"] in (
         "churn", "churn.<locals>.<listcomp>", "<listcomp>")
@@ -192,3 +197,33 @@ def test_frames_equal_py_spys_of_the_paused_target(targets, tmp_path, version):
     assert [f[0] for f in ours if f[0] in named] == [f[0] for f in spy], (ours, dump)
     assert python_frames(s) == [f for f in spy if f[1] == "leak_service.py"]
     assert len(python_frames(s)) == 4 and s["outstanding_bytes"] == 6000
+
+
+@pytest.mark.parametrize("version", ["3.9", "3.12"])
+def test_a_forked_workers_python_frames_are_named(tmp_path, version):
+    """memhook run --follow-fork -- python3 workers.py: multiprocessing's forked worker is a
+    process of the run, its 1,000 dicts named by the worker's function and line."""
+    shutil.copy(PYTHON_TARGETS / "workers.py", tmp_path / "workers.py")
+    report_file = tmp_path / "report.json"
+    proc = subprocess.run(memhook_cmd("run", "--no-live", "--follow-fork", "--format", "json",
+                                      "--report-file", report_file, "-o", tmp_path / "run.mh",
+                                      "--", INTERPRETERS[version], tmp_path / "workers.py"),
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "worker exit code 0" in proc.stdout
+    rep = json.loads(report_file.read_text())
+    pids = [p["pid"] for p in rep["processes"]]
+    assert len(pids) == 2, rep["processes"]
+    worker = report_json(tmp_path / "run.mh", "--pid", str(pids[1]))
+    line = marker_line("workers.py", "# WORKER")
+    mine = [s for s in worker["sites"] if attributed(s)["function"] == "work_in_child"
+            and attributed(s)["line"] == line]
+    assert sum(s["outstanding_count"] for s in mine) >= 2000  # the dicts, their names
+    for s in mine:
+        assert python_frames(s)[0] == ("work_in_child", "workers.py", line)
+        assert [f for f, _, _ in python_frames(s)[1:3]] in (
+            ["BaseProcess.run", "BaseProcess._bootstrap"], ["run", "_bootstrap"])
+    # The merged report names them too (code records renumbered across the processes).
+    merged = [s for s in rep["sites"] if s["frames"] and attributed(s)["function"] ==
+              "work_in_child" and attributed(s)["line"] == line]
+    assert sum(s["outstanding_count"] for s in merged) == sum(s["outstanding_count"] for s in mine)
