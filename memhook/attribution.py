@@ -184,16 +184,37 @@ def is_python_library(frame: dict) -> bool:
     return bool(PYTHON_LIBRARY.search(frame.get("file") or ""))
 
 
+# JIT-compiled code that is the runtime's own (symbolize/jit_frames.py names it): V8's builtins,
+# stubs and handlers and Node.js's internal modules; HotSpot's interpreter and stubs and the
+# JDK's own methods.
+JIT_RUNTIME = re.compile(r"^(?:Builtin:|BytecodeHandler:|Stub:|RegExp:|Handler:|CallIC|LoadIC|"
+                         r"StoreIC|KeyedLoadIC|KeyedStoreIC|Interpreter|StubRoutines)")
+JIT_RUNTIME_CLASSES = re.compile(r"^(?:java|javax|jdk|sun|com\.sun)\.")  # (HotSpot's names)
+JIT_RUNTIME_FILES = re.compile(r"^(?:node:|internal/)")
+
+
+def is_jit_runtime(frame: dict) -> bool:
+    return bool(JIT_RUNTIME.match(frame.get("jit_name") or frame.get("function") or "")
+                or JIT_RUNTIME_CLASSES.match(qualified_name(frame.get("function") or ""))
+                or JIT_RUNTIME_FILES.match(frame.get("file") or ""))
+
+
 def attributed(frames: list, rules: Rules = DEFAULT) -> int:
     """The index of the stack's attributed frame: the first, from the allocation upwards, that
     is neither the runtime's nor a marker. A stack wholly in the runtime (a runtime library's
     constructor) is attributed to its first frame. A stack with Python frames is attributed to
     the first of them in the program's own code (not Python's library, nor the runtime by the
-    function globs), or else to the first of them."""
+    function globs), or else to the first of them; one with JIT-compiled frames, to the first
+    of them in the program's own code."""
     python = [i for i, f in enumerate(frames) if f.get("kind") == "python" and not is_marker(f)]
     if python:
         return next((i for i in python if not is_python_library(frames[i])
                      and not rules.is_runtime(frames[i])), python[0])
+    # A JIT runtime's stack: its first compiled frame of the program's own code.
+    own = next((i for i, f in enumerate(frames) if f.get("kind") == "jit" and not is_marker(f)
+                and not is_jit_runtime(f) and not rules.is_runtime(f)), None)
+    if own is not None:
+        return own
     for i, f in enumerate(frames):
         if not is_marker(f) and not rules.is_runtime(f):
             return i

@@ -136,6 +136,8 @@ class LiveView:
                    width: int | None = None) -> str:
         """Stack `stack` of the consumer's (offsets, frames) as one line (format.leak_site),
         by this view's attribution rules and names; the live view's and a snapshot's."""
+        if self.session.perf_map is not None:  # (the JIT's names, as read so far)
+            symbolizer.use_jit_entries(self.session.perf_map.entries)
         return leak_site({"frames": stack_frames(symbolizer,
                                                  frames[offsets[stack]:offsets[stack + 1]])},
                          self.rules, self.full_names, width)

@@ -45,6 +45,13 @@ def read_maps(pid: int) -> list[Mapping]:
     return out
 
 
+def started_at(pid: int) -> float:
+    """When the process started, in seconds since the epoch (btime plus its start ticks)."""
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return btime + start_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
 def start_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()

@@ -45,6 +45,7 @@ class Options:
     reachability: bool = True  # the leak check at detach (reachability/check.py)
     max_pause_ms: float = 200.0  # the longest it may stop the target
     check_by: str = "fork"  # fork: read the target's copy; stop: read it stopped (check.py)
+    python_frames: bool = True  # a Python process's stacks carry its Python frames
 
     @property
     def size_filter(self) -> bool:
@@ -188,6 +189,7 @@ class Session:
     # its code objects' records by number, and how far they were read (capture/python_code.py)
     python_code: dict = field(default_factory=dict)
     code_read: int = 0
+    perf_map: object = None  # a JIT runtime's perf map, as read so far (capture/perf_map.py)
     launched: bool = False  # memhook run started it, held before its constructors
     embedded_suppressions: str = ""  # what its __lsan_default_suppressions() returned
 
@@ -239,7 +241,11 @@ class Session:
         self.allocators = layout.allocators
         plans, area = self._plan_entries(layout)
         self.python = python_interpreter.find(self.pid, layout.objects)
-        python_frames = self.python is not None and self.python.layout is not None
+        python_frames = self.python is not None and self.python.layout is not None and \
+            self.options.python_frames
+        if self.python is not None and self.python.layout is not None and not python_frames:
+            self.python.layout = dict(self.python.layout, this_thread_state=0)  # (allocators)
+            self.python.why = "not asked for (--no-python-frames)"
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)
@@ -262,7 +268,7 @@ class Session:
                                max_wait_ns=round(self.options.max_wait_s * 1e9),
                                lossless=self.options.lossless,
                                python_bytes=CODE_AREA_BYTES if python_frames else 0)
-        if python_frames:
+        if self.python is not None and self.python.layout is not None:
             self.consumer.set_python(self.python.layout)
         self.unwind.publish(self.consumer, self.modules)
         self.published_modules = frozenset(self.modules)
@@ -564,15 +570,31 @@ class Session:
         finally:
             os.close(fd)
 
+    def jit_state(self) -> dict | None:
+        """A JIT runtime (by its library: a JVM's libjvm.so, Node.js's executable or libnode),
+        and what its perf map gave (capture/perf_map.py); None for a process with neither."""
+        names = {os.path.basename(m.path) for m in self.modules.values()}
+        runtime = "jvm" if "libjvm.so" in names else "node" if "node" in names or any(
+            n.startswith("libnode.so") for n in names) else ""
+        m = self.perf_map
+        if not runtime and not (m and m.entries):
+            return None
+        d = {"runtime": runtime, "perf_map": m.name if m else "",
+             "entries": len(m.entries) if m else 0}
+        if m and m.cut:
+            d["cut"] = True
+        return d
+
     def python_state(self) -> dict | None:
         """The interpreter found, and whether its frames were read (and if not, why)."""
         if self.python is None:
             return None
         d = self.python.describe()
         if self.python.layout is not None and self.segment is not None:
-            d["code_objects"] = len(self.python_code)
-            d["unrecorded"] = int(self.consumer.python_unrecorded())
             d["allocators"] = bool(self.consumer.python_allocators_hooked())
+            if d["frames"]:
+                d["code_objects"] = len(self.python_code)
+                d["unrecorded"] = int(self.consumer.python_unrecorded())
         return d
 
     def metadata(self) -> dict:
@@ -607,6 +629,7 @@ class Session:
                                         for n, w in f.refused],
                             "note": f.line()} for f in self.allocators],
             "python": self.python_state(),
+            "jit": self.jit_state(),
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,
                        "without_rows": self.unwind.without_rows(self.modules)},

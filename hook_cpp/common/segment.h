@@ -123,6 +123,8 @@ struct PythonLayout {
   int32_t owner_generator, owner_cstack;
   int32_t code_name, code_filename, code_firstlineno, code_linetable, code_firsttraceable,
       code_units;
+  int32_t code_consts;  // co_consts: in the line ob_type is in, a code object's fingerprint
+  int32_t pad0;
   uint32_t str_length, str_state, str_ascii_data, str_compact_data;
   uint32_t bytes_size, bytes_data;
   // The allocator structs (PyMemAllocatorEx: ctx, malloc, calloc, realloc, free) PyMem_Malloc
@@ -148,6 +150,25 @@ struct CodeRecord {
   uint32_t name_bytes, file_bytes, table_bytes, pad2;
 };
 static_assert(sizeof(CodeRecord) == 40, "a code record's header is 40 bytes");
+// A ring's cache of the code objects its thread's frames ran (code_records.h): what the
+// walk needs of each without reading it again. Valid while the epoch is the hooks' (a code
+// object freed bumps it).
+struct CodeCacheEntry {
+  uint64_t code, epoch, consts;
+  uint32_t record;
+  int32_t firsttraceable;
+};
+constexpr uint32_t kCodeCacheEntries = 64;  // per ring; a power of two
+// A ring's Python area (hook_library/python_frames.h), touched only by a Python thread: its
+// code cache, and the Python frames each recent stack was kept with (a recent stack repeats
+// only with the same Python frames).
+struct RingPython {
+  CodeCacheEntry cache[kCodeCacheEntries];
+  struct Frames {
+    uint64_t n;
+    uint64_t words[kPythonDepth];
+  } recent[kRecentStacks];
+};
 
 struct alignas(64) Control {
   // Written by memhook before injection.
@@ -356,9 +377,13 @@ inline size_t rings_offset() { return (sizeof(Control) + 4095) & ~size_t(4095); 
 inline size_t recent_stacks_offset(uint32_t nrings, uint32_t ring_bytes) {
   return rings_offset() + size_t(nrings) * ring_stride(ring_bytes);
 }
-inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
+// Each ring's Python area (RingPython), after the recent stacks.
+inline size_t ring_python_offset(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
   return recent_stacks_offset(nrings, ring_bytes) +
          size_t(nrings) * kRecentStacks * recent_stack_stride(depth);
+}
+inline size_t segment_bytes(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {
+  return ring_python_offset(nrings, ring_bytes, depth) + size_t(nrings) * sizeof(RingPython);
 }
 // The unwind area (unwind_rows.h), after the recent stacks, Control::unwind_bytes long.
 inline size_t unwind_offset(uint32_t nrings, uint32_t ring_bytes, uint32_t depth) {

@@ -761,7 +761,7 @@ PYBIND11_MODULE(_native, m) {
             MEMHOOK_FIELD(run_kind) MEMHOOK_FIELD(owner_generator) MEMHOOK_FIELD(owner_cstack)
             MEMHOOK_FIELD(code_name) MEMHOOK_FIELD(code_filename) MEMHOOK_FIELD(code_firstlineno)
             MEMHOOK_FIELD(code_linetable) MEMHOOK_FIELD(code_firsttraceable)
-            MEMHOOK_FIELD(code_units) MEMHOOK_FIELD(str_length) MEMHOOK_FIELD(str_state)
+            MEMHOOK_FIELD(code_units) MEMHOOK_FIELD(code_consts) MEMHOOK_FIELD(str_length) MEMHOOK_FIELD(str_state)
             MEMHOOK_FIELD(str_ascii_data) MEMHOOK_FIELD(str_compact_data)
             MEMHOOK_FIELD(bytes_size) MEMHOOK_FIELD(bytes_data)
             MEMHOOK_FIELD(mem_allocator) MEMHOOK_FIELD(obj_allocator)

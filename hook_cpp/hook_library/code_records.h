@@ -5,16 +5,22 @@
 // without calling into the interpreter.
 //
 // Which code objects have a record: a table of (address, fingerprint) -> record. A code object
-// freed and another made at its address has other names or another line table, so another
-// fingerprint, and gets its own record. Threads race only to write a record twice.
+// freed and another made at its address has another constants tuple, so another fingerprint,
+// and gets its own record. Threads race only to write a record twice.
 #pragma once
 
 namespace {
 
 uint8_t* g_code_area;  // Control::python_bytes long
 uint64_t g_code_bytes;
+RingPython* g_ring_python;  // one per ring (segment.h): the code caches, the recent frames
+// Bumped when a code object is freed (python_allocator.h sees it go): every ring's cache
+// entries made before then no longer count.
+uint64_t g_code_epoch;
+bool g_code_frees_seen;  // PyObject_Free's calls reach the hooks: a freed code object is seen
 
 constexpr uint32_t kCodeSeenBits = 14;
+constexpr uint64_t kCodeGone = 1;  // a table entry whose code object was freed (probes go on)
 struct CodeSeen {
   uint64_t code, value;  // value: fingerprint << 32 | record number
 };
@@ -77,37 +83,80 @@ __attribute__((noinline)) uint32_t write_code_record(const PythonLayout& l, uint
   return uint32_t(at / 8 + 1);
 }
 
-// The record number of `code`, written now if it has none.
+// The record number of `code`, written now if it has none. Its fingerprint is its constants
+// tuple's address, read from the line its type was just read from (a code object made by
+// replace() from another shares its constants: at the same address as that one once was,
+// it would read as that one).
 inline uint32_t code_record(const PythonLayout& l, uint64_t code) {
-  const uint64_t fp =
-      uint32_t((field<uint64_t>(code, l.code_name) ^ field<uint64_t>(code, l.code_filename) * 3 ^
-                field<uint64_t>(code, l.code_linetable) * 5 ^
-                uint64_t(field<uint32_t>(code, l.code_firstlineno)) << 40) *
-               0x9E3779B97F4A7C15ull >> 32);
+  const uint64_t fp = uint32_t((field<uint64_t>(code, l.code_consts) >> 4) *
+                               0x9E3779B97F4A7C15ull >> 32);
   const uint32_t mask = (1u << kCodeSeenBits) - 1;
   const uint32_t home = uint32_t((code * 0x9E3779B97F4A7C15ull) >> (64 - kCodeSeenBits));
-  uint32_t slot = home;
+  uint32_t slot = home;  // where the record goes: this code's entry, the first free, or home
+  bool free_found = false;
   for (uint32_t i = 0; i < 8; i++) {
-    CodeSeen& e = g_code_seen[(home + i) & mask];
+    const uint32_t at = (home + i) & mask;
+    CodeSeen& e = g_code_seen[at];
     const uint64_t k = __atomic_load_n(&e.code, __ATOMIC_ACQUIRE);
     if (k == code) {
       const uint64_t v = __atomic_load_n(&e.value, __ATOMIC_RELAXED);
       if (v >> 32 == fp && uint32_t(v)) return uint32_t(v);
-      slot = (home + i) & mask;  // another code object once at this address
+      slot = at;  // another code object once at this address
       break;
     }
-    if (!k) {
-      slot = (home + i) & mask;
-      break;
+    if ((!k || k == kCodeGone) && !free_found) {
+      slot = at;
+      free_found = true;
     }
+    if (!k) break;
   }
   const uint32_t record = write_code_record(l, code);
   if (!record) return 0;
   CodeSeen& e = g_code_seen[slot];
-  __atomic_store_n(&e.code, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&e.code, kCodeGone, __ATOMIC_RELAXED);  // (a probe passes it meanwhile)
   __atomic_store_n(&e.value, fp << 32 | record, __ATOMIC_RELAXED);
   __atomic_store_n(&e.code, code, __ATOMIC_RELEASE);
   return record;
+}
+
+// A code object is being freed (PyObject_Free, python_allocator.h): its table entry goes, and
+// every ring's cache with it.
+__attribute__((noinline)) void forget_code(uint64_t code) {
+  const uint32_t mask = (1u << kCodeSeenBits) - 1;
+  const uint32_t home = uint32_t((code * 0x9E3779B97F4A7C15ull) >> (64 - kCodeSeenBits));
+  for (uint32_t i = 0; i < 8; i++) {
+    CodeSeen& e = g_code_seen[(home + i) & mask];
+    const uint64_t k = __atomic_load_n(&e.code, __ATOMIC_RELAXED);
+    if (!k) break;
+    if (k == code) __atomic_store_n(&e.code, kCodeGone, __ATOMIC_RELEASE);
+  }
+  __atomic_fetch_add(&g_code_epoch, 1, __ATOMIC_RELEASE);
+}
+
+// What the walk needs of `code` (its record, its first traceable instruction), from the ring's
+// cache, else read and kept there. False: not a code object.
+struct CodeFacts {
+  uint32_t record;
+  int32_t firsttraceable;
+};
+inline bool code_facts(const PythonLayout& l, const ThreadState& t, uint64_t code, CodeFacts* out) {
+  CodeCacheEntry* e = &g_ring_python[t.ring_no - 1].cache[(code >> 4) & (kCodeCacheEntries - 1)];
+  const uint64_t epoch = __atomic_load_n(&g_code_epoch, __ATOMIC_ACQUIRE);
+  // A hit reads nothing of the code object: none was freed since the entry was made, so the
+  // one at this address is still the one read then (where frees are not seen, its constants'
+  // address tells, as the table's fingerprint does).
+  if (e->code == code && e->epoch == epoch &&
+      (g_code_frees_seen || field<uint64_t>(code, l.code_consts) == e->consts)) {
+    *out = {e->record, e->firsttraceable};
+    return true;
+  }
+  if (!plausible(code) || field<uint64_t>(code, 8) != l.code_type) return false;  // (ob_type)
+  out->record = code_record(l, code);
+  out->firsttraceable = l.code_firsttraceable >= 0 ? field<int32_t>(code, l.code_firsttraceable)
+                                                   : -1;
+  if (out->record) *e = {code, epoch, field<uint64_t>(code, l.code_consts), out->record,
+                          out->firsttraceable};
+  return true;
 }
 
 }  // namespace

@@ -59,6 +59,9 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   } else {
     c->compare = (uint64_t)memhook_compare_miss;
   }
+  // In a Python process an entry also holds Python frames, which the malloc hook by hand does
+  // not read: it leaves every entry to the compiled path (records.h: python_stack_words).
+  if (g_python) c->compare = (uint64_t)memhook_compare_miss;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);  // a handler's hook sees the entry whole or empty
   c->ret0 = ret0;
   // Rows published during the walk: memhook may have emptied the entries before this one was

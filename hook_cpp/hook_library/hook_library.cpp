@@ -50,8 +50,8 @@ using namespace memhook;
 #include "address_table.h"    // each pointer's latest event: the ordering dependencies
 #include "sampler.h"          // size filter and sampling: which calls are recorded
 #include "unwinder.h"         // one frame at a time, by the rows memhook built
+#include "python_frames.h"    // a Python thread's frames (code_records.h: their names)
 #include "frame_walk.h"       // the backtrace, kept for the next allocation from there
-#include "python_frames.h"    // a Python thread's frames after it (code_records.h: their names)
 #include "records.h"          // the records' words
 #include "slots.h"            // which slots hold their original; patch, restore
 #include "late_patching.h"    // libraries loaded after attach

@@ -146,6 +146,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   // Python frames (python_frames.h), where memhook found an interpreter and a layout for it.
   madvise(g_code_seen, sizeof g_code_seen, MADV_DONTNEED);  // the last session's records
   g_code_area = (uint8_t*)m + code_area_offset(*c);
+  g_ring_python = (RingPython*)((uint8_t*)m + ring_python_offset(c->nrings, c->ring_bytes, c->depth));
   g_code_bytes = c->python_bytes;
   const bool python = c->python.this_thread_state && c->python_bytes;
   g_python = python ? &c->python : nullptr;

@@ -57,7 +57,12 @@ __attribute__((optimize("omit-frame-pointer"))) void* py_entry_obj_realloc(void*
                                                                             size_t n) {
   return ((void* (*)(void*, size_t))g_hook_fn[ID_pyobject_realloc])(p, n);
 }
+// A code object freed: its record stays, but its address may come back as another's
+// (code_records.h). Seen before any guard: a collection that a hooked allocation set off
+// frees objects inside it. (A code object is no collector's: `p` is the object itself.)
 __attribute__((optimize("omit-frame-pointer"))) void py_entry_obj_free(void*, void* p) {
+  if (p && g_python && *(const uint64_t*)((const uint8_t*)p + 8) == g_python->code_type)
+    forget_code((uint64_t)p);
   ((void (*)(void*))g_hook_fn[ID_pyobject_free])(p);
 }
 __attribute__((optimize("omit-frame-pointer"))) void* py_entry_mem_malloc(void*, size_t n) {
@@ -88,7 +93,7 @@ inline void store_pointer(void* at, const void* value) {
 // saved originals.
 void hook_python_allocators(Control* c) {
   const uint64_t at[2] = {c->python.mem_allocator, c->python.obj_allocator};
-  if (!c->python.this_thread_state || !at[kPyMem] || !at[kPyObj]) return;
+  if (!at[kPyMem] || !at[kPyObj]) return;
   g_real[ID_pyobject_malloc] = (void*)py_real_obj_malloc;
   g_real[ID_pyobject_calloc] = (void*)py_real_obj_calloc;
   g_real[ID_pyobject_realloc] = (void*)py_real_obj_realloc;
@@ -112,6 +117,7 @@ void hook_python_allocators(Control* c) {
     store_pointer(&s->free, (void*)kPyEntries[d].free);
   }
   g_py_hooked = true;
+  g_code_frees_seen = true;
   c->python.allocators_hooked = 1;  // (for the report: stays set after detach)
 }
 
@@ -119,6 +125,7 @@ void hook_python_allocators(Control* c) {
 void unhook_python_allocators(Control* c) {
   if (!g_py_hooked) return;
   g_py_hooked = false;
+  g_code_frees_seen = false;
   const uint64_t at[2] = {c->python.mem_allocator, c->python.obj_allocator};
   for (int d = 0; d < 2; d++) {
     PyAllocator* s = (PyAllocator*)at[d];

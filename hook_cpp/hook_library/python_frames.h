@@ -34,7 +34,8 @@ inline int64_t instruction_offset(const PythonLayout& l, uint64_t f, uint64_t co
 }
 
 // The calling thread's Python frames, innermost first, into out[0, room). Returns how many.
-__attribute__((noinline)) uint32_t python_frames(uint64_t* out, uint32_t room) {
+__attribute__((noinline)) uint32_t python_frames(const ThreadState& t, uint64_t* out,
+                                                 uint32_t room) {
   const PythonLayout& l = *g_python;
   if (!room) return 0;
   const uint64_t ts = (uint64_t)((void* (*)())l.this_thread_state)();
@@ -57,7 +58,8 @@ __attribute__((noinline)) uint32_t python_frames(uint64_t* out, uint32_t room) {
       continue;
     }
     const uint64_t code = field<uint64_t>(f, l.frame_code);
-    if (!plausible(code) || field<uint64_t>(code, 8) != l.code_type) {  // (ob_type)
+    CodeFacts facts;
+    if (!code_facts(l, t, code, &facts)) {
       if (n < room) out[n++] = kPythonUnreadable;
       return n;
     }
@@ -67,8 +69,8 @@ __attribute__((noinline)) uint32_t python_frames(uint64_t* out, uint32_t room) {
                        (l.run_kind == kRunAfterShim && !prev);
     // Incomplete: not yet at its first traceable instruction (CPython leaves it out of every
     // traceback); a run it began ends at the frame before.
-    if (l.code_firsttraceable >= 0 && owner != l.owner_generator &&
-        at < int64_t(field<int32_t>(code, l.code_firsttraceable)) * 2) {
+    if (facts.firsttraceable >= 0 && owner != l.owner_generator &&
+        at < int64_t(facts.firsttraceable) * 2) {
       if (first && run_open) out[n - 1] |= kPythonEntry;
       if (first) run_open = false;
       f = prev;
@@ -76,7 +78,7 @@ __attribute__((noinline)) uint32_t python_frames(uint64_t* out, uint32_t room) {
     }
     if (n == room) break;
     out[n++] = kPythonFrame | (first ? kPythonEntry : 0) |
-               uint64_t(code_record(l, code)) << kPythonCodeShift |
+               uint64_t(facts.record) << kPythonCodeShift |
                uint32_t(at < 0 ? 0 : at > 0xfffffffe ? 0xfffffffe : at);
     run_open = !first;
     f = prev;

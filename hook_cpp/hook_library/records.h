@@ -17,24 +17,49 @@ struct StackWords {
   uint64_t ptr, size;
   uint32_t nframes;
 };
+
+// In a Python process: the thread's Python frames are read first, and pick the recent stack
+// with the call site (many Python stacks allocate from one native place: each keeps its own
+// entry), which repeats only with the same ones (RingPython::recent). Its entry is never the
+// malloc hook's to compare (frame_walk.h: the hook by hand reads no Python frame).
+__attribute__((noinline)) StackWords python_stack_words(ThreadState& t, Origin from, uint64_t p,
+                                                        uint64_t size, uint64_t* frames,
+                                                        uint64_t ret0) {
+  uint64_t words[kPythonDepth];
+  const uint32_t k = python_frames(t, words, g_record_frames - g_depth);
+  uint64_t h = ret0 ^ (uint64_t)from.ret;
+  for (uint32_t j = 0; j < k; j++) h = (h ^ words[j]) * 0x9E3779B97F4A7C15ull;
+  constexpr int bits = __builtin_ctz(kRecentStacks);
+  const uint32_t i = uint32_t(h >> (64 - bits));
+  RecentStack* c = recent_stack_at(t, i);
+  t.last_recent = c;
+  RingPython::Frames& kept = g_ring_python[t.ring_no - 1].recent[i];
+  if (same_stack(c, from, ret0) && kept.n == k &&
+      __builtin_memcmp(kept.words, words, 8 * size_t(k)) == 0)
+    return {p & kPtrMask, size | c->size_bits, 0};
+  uint64_t caller;
+  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  __builtin_memcpy(frames + n, words, 8 * size_t(k));
+  if (!c->ret0) return {with_depth(t, p, caller), size, n + k};  // a walk not kept
+  kept.n = k;
+  __builtin_memcpy(kept.words, words, 8 * size_t(k));
+  c->size_bits = uint64_t(i + 1) << kRecentShift;
+  return {with_depth(t, p, caller), size | c->size_bits, n + k};
+}
+
 __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Origin from,
                                                              uint64_t p, uint64_t size,
                                                              uint64_t* frames) {
   const uint64_t ret0 = (uint64_t)*from.ret;
+  size &= kSizeMask;
+  if (g_python) return python_stack_words(t, from, p, size, frames, ret0);
   uint32_t i;
   RecentStack* c = recent_stack_for(t, ret0, from, &i);
   t.last_recent = c;  // a stack just seen or just walked
-  size &= kSizeMask;
   if (same_stack(c, from, ret0))  // the recent stack again: no frames
     return {p & kPtrMask, size | c->size_bits, 0};  // its depth is the recent stack's (segment.h)
   uint64_t caller;
-  uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
-  if (g_python) {
-    const uint32_t k = python_frames(frames + n, g_record_frames - n);
-    // Python stacks differ where the native words do not: never compared, always read.
-    if (k) c->ret0 = 0;
-    n += k;
-  }
+  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
   if (!c->ret0) return {with_depth(t, p, caller), size, n};  // a walk not kept
   c->size_bits = uint64_t(i + 1) << kRecentShift;
   return {with_depth(t, p, caller), size | c->size_bits, n};

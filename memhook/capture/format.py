@@ -72,6 +72,8 @@ class Capture:
     snapshots: list = field(default_factory=list)
     # PYCO blocks (python_code.py): Python code objects' records, by number
     python_code: dict = field(default_factory=dict)
+    # PMAP blocks (perf_map.py): the JIT runtime's perf map, {"entries", "path", "cut"}
+    jit_map: dict = field(default_factory=dict)
 
     @property
     def stack_count(self) -> int:

@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from . import python_code, snapshots
+from . import perf_map, python_code, snapshots
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      BLOCK, EVENT_DTYPE, HEADER, LIVE_COLUMNS, MAGIC, MAX_BLOCK, MAX_PROCESSES,
                      PEAK_COLUMNS, SITE_COLUMNS, UNCERTAIN_COLUMNS, VERSION, Capture,
@@ -176,6 +176,13 @@ class _Assembly:
             if set(z) != set(LIVE_COLUMNS) or len({len(v) for v in z.values()}) != 1:
                 raise ValueError("live block columns do not match")
             self.cap.live = z
+        elif kind == b"PMAP":
+            into = perf_map.PerfMap(**{k: v for k, v in self.cap.jit_map.items()
+                                       if k in ("name", "entries", "cut")})
+            if json.loads(payload).get("whole"):  # (the map written again: this replaces it)
+                into.entries = []
+            perf_map.from_json(json.loads(payload), into)
+            self.cap.jit_map = {"name": into.name, "entries": into.entries, "cut": into.cut}
         elif kind == b"PYCO":
             python_code.from_json(json.loads(payload), self.cap.python_code)
         elif kind == b"SNAP":

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import procfs, resident
-from . import python_code, snapshots
+from . import perf_map, python_code, snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
                      TICK_CHUNKS, TOP_STACKS, Capture)
 from .writer import Writer
@@ -63,6 +63,11 @@ class Recorder:
         new = python_code.read_new(self.session)
         if new and self.writer:
             self.writer.json(b"PYCO", python_code.to_json(new))
+        jit = read_perf_map(self.session)
+        if jit and self.writer:
+            m = self.session.perf_map
+            self.writer.json(b"PMAP", perf_map.to_json(jit, m.name, m.cut, m.rewritten))
+            m.rewritten = False
         offsets, frames = self.session.consumer.stacks(self.stacks_written)
         if len(offsets) > 1:
             if self.writer:
@@ -82,8 +87,9 @@ class Recorder:
 
     def tick(self, final: bool = False) -> None:
         consumer = self.session.consumer
-        if not self.writer:
-            python_code.read_new(self.session)  # (the live view names Python frames by them)
+        if not self.writer:  # (the live view names Python and JIT frames by them)
+            python_code.read_new(self.session)
+            read_perf_map(self.session)
         now = time.monotonic() - self._t0
         totals = consumer.totals()
         row = {"time_s": now, **{k: totals[k] for k in SERIES_COLUMNS[1:]},
@@ -260,8 +266,22 @@ def current(session) -> Capture:
     n = len(offsets) - 1
     sites = {k: v.astype(np.uint64)[:n] for k, v in consumer.sites().items()}
     python_code.read_new(session)
+    read_perf_map(session)
+    m = session.perf_map
     return Capture(meta, module_table(session.modules.values()), sites, offsets.astype(np.uint64),
-                   frames.astype(np.uint64), python_code=dict(session.python_code))
+                   frames.astype(np.uint64), python_code=dict(session.python_code),
+                   jit_map={"name": m.name, "entries": list(m.entries), "cut": m.cut} if m
+                   else {})
+
+
+def read_perf_map(session) -> list:
+    """The entries the target's perf map gained since the last read (perf_map.py), kept in
+    the session's `perf_map`; none once the target is gone."""
+    if session.perf_map is None:
+        session.perf_map = perf_map.PerfMap()
+    if not session.target_alive():
+        return []
+    return perf_map.read_new(session.pid, session.perf_map)
 
 
 def totals_now(session, totals: dict | None = None) -> dict:

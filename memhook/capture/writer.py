@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from . import private_file, python_code, snapshots
+from . import perf_map, private_file, python_code, snapshots
 from .format import BLOCK, HEADER, MAGIC, VERSION, Capture
 
 
@@ -86,6 +86,9 @@ def write(path: str, cap: Capture) -> None:
     w.arrays(b"AGGR", **cap.sites)
     if cap.python_code:
         w.json(b"PYCO", python_code.to_json(cap.python_code))
+    if cap.jit_map.get("entries"):
+        w.json(b"PMAP", perf_map.to_json(cap.jit_map["entries"], cap.jit_map.get("name", ""),
+                                         cap.jit_map.get("cut", False)))
     for snap in cap.snapshots:
         w.arrays(b"SNAP", **snapshots.block({k: snap.get(k) for k in snapshots.FIELDS},
                                              snap["sites"], ids=snap["sites"]["id"]))

@@ -2,6 +2,7 @@
 the pushes and the signals; memhook/run.py drives the run."""
 from __future__ import annotations
 
+import argparse
 import signal
 
 from .. import __version__, snapshot_when, suppressions
@@ -71,6 +72,9 @@ def add_tracing_arguments(p: Parser) -> None:
                    help="sample allocations: on average one per BYTES allocated (a Poisson "
                    "process per byte), each weighted by 1/P so totals stay unbiased; the "
                    "unsampled cost a countdown (default 0: trace every call)")
+    # (in docs/usage.md and docs/python.md only: the help keeps to one screen)
+    p.add_argument("--no-python-frames", dest="python_frames", action="store_false",
+                   help=argparse.SUPPRESS)
     p.add_argument("--record-events", action="store_true",
                    help="keep every event in the capture (for lifetime analyses)")
     p.add_argument("--library-dir", metavar="DIR", default="",
@@ -146,7 +150,7 @@ def tracing_setup(a) -> tuple[Options, list]:
                    heap_census=a.heap_census, follow_forks=a.follow_fork,
                    max_wait_s=a.max_wait, lossless=a.lossless,
                    reachability=a.reachability, max_pause_ms=a.max_pause,
-                   check_by=a.check_by)
+                   check_by=a.check_by, python_frames=a.python_frames)
     try:
         opts.check()
         suppressions.check_arguments(a)  # (a bad file is said now, not after the session)

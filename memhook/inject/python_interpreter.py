@@ -40,7 +40,8 @@ class Interpreter:
     symbols: dict = field(default_factory=dict)
 
     def describe(self) -> dict:
-        d = {"path": self.path, "version": self.version, "frames": self.layout is not None}
+        d = {"path": self.path, "version": self.version,
+             "frames": self.layout is not None and not self.why}
         if self.why:
             d["why"] = self.why
         if self.allocators_why:

@@ -27,7 +27,8 @@ _FRAME_OBJECT = dict(tstate_frame=24, cframe_current=NONE, frame_previous=24, fr
                      frame_owner=NONE, frame_is_entry=NONE, run_kind=EACH_FRAME,
                      owner_generator=NO_OWNER, owner_cstack=NO_OWNER,
                      code_name=112, code_filename=104, code_firstlineno=40, code_linetable=120,
-                     code_firsttraceable=NONE, code_units=NONE, code_basicsize=176, **_STR_3_8)
+                     code_firsttraceable=NONE, code_units=NONE, code_consts=56,
+                     code_basicsize=176, **_STR_3_8)
 
 LAYOUTS = {
     8: dict(_FRAME_OBJECT, frame_instr=104, instr_kind=LASTI_BYTES),
@@ -39,19 +40,20 @@ LAYOUTS = {
              instr_kind=POINTER, frame_owner=69, frame_is_entry=68, run_kind=ENTRY_FLAG,
              owner_generator=1, owner_cstack=NO_OWNER, code_name=128, code_filename=112,
              code_firstlineno=72, code_linetable=136, code_firsttraceable=168, code_units=184,
-             code_basicsize=184, **_STR_3_8),
+             code_consts=24, code_basicsize=184, **_STR_3_8),
     # 3.12: each call pushes a shim frame owned by the C stack before its first.
     12: dict(tstate_frame=56, cframe_current=0, frame_previous=8, frame_code=0, frame_instr=56,
              instr_kind=POINTER, frame_owner=70, frame_is_entry=NONE, run_kind=AFTER_SHIM,
              owner_generator=1, owner_cstack=3, code_name=128, code_filename=112,
              code_firstlineno=68, code_linetable=136, code_firsttraceable=176, code_units=192,
-             code_basicsize=192, **_STR_3_12),
+             code_consts=24, code_basicsize=192, **_STR_3_12),
     # 3.13: tstate->current_frame, f_executable, instr_ptr.
     13: dict(tstate_frame=72, cframe_current=NONE, frame_previous=8, frame_code=0,
              frame_instr=56, instr_kind=POINTER, frame_owner=70, frame_is_entry=NONE,
              run_kind=AFTER_SHIM, owner_generator=1, owner_cstack=3, code_name=128,
              code_filename=112, code_firstlineno=68, code_linetable=136,
-             code_firsttraceable=184, code_units=200, code_basicsize=200, **_STR_3_12),
+             code_firsttraceable=184, code_units=200, code_consts=24, code_basicsize=200,
+             **_STR_3_12),
 }
 for _layout in LAYOUTS.values():
     _layout.update(_BYTES)

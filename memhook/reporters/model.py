@@ -228,6 +228,8 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     }
     if isinstance(meta.get("python"), dict):  # a CPython, and whether its frames were read
         report["python"] = meta["python"]
+    if isinstance(meta.get("jit"), dict):  # a JIT runtime, and what its perf map named
+        report["jit"] = meta["jit"]
     check = categories.summary(meta)
     if check:
         report["leak_check"] = check

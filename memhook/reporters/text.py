@@ -287,11 +287,36 @@ def python_lines(python: dict | None) -> list:
         return []
     version = f"CPython {python.get('version') or '(version unknown)'}"
     if not python.get("frames"):
-        return [f"  Python frames not read: {one_line(str(python.get('why', '')), limit=300)}"]
-    line = f"  {version}: Python frames read ({python.get('code_objects', 0)} code objects named"
-    if python.get("unrecorded"):
-        line += f"; {python['unrecorded']} code objects unnamed: the code area was full"
-    return [line + ")"]
+        lines = [f"  Python frames not read: {one_line(str(python.get('why', '')), limit=300)}"]
+    else:
+        line = f"  {version}: Python frames read ({python.get('code_objects', 0)} code objects named"
+        if python.get("unrecorded"):
+            line += f"; {python['unrecorded']} code objects unnamed: the code area was full"
+        lines = [line + ")"]
+    if python.get("allocators") is False or python.get("allocators_why"):
+        lines.append("  " + one_line(python.get("allocators_why") or "CPython's allocator was "
+                                     "not hooked: Python objects are seen as pymalloc's arenas "
+                                     "only", limit=300))
+    return lines
+
+
+HOW_TO_MAP = {"jvm": "`jcmd PID Compiler.perfmap` writes one (before memhook detaches; or "
+                     "start the JVM with -XX:+DumpPerfMapAtExit)",
+              "node": "start node with --perf-basic-prof (and --interpreted-frames-native-stack "
+                      "for functions not yet compiled)"}
+
+
+def jit_lines(jit: dict | None) -> list:
+    """A JIT runtime: what its perf map named, or how to get one."""
+    if not jit:
+        return []
+    if jit.get("entries"):
+        return [f"  JIT-compiled frames named from {jit.get('perf_map') or 'the perf map'} "
+                f"({jit['entries']} entries" + ("; read up to its size limit" if jit.get("cut")
+                                                else "") + ")"]
+    how = HOW_TO_MAP.get(jit.get("runtime") or "")
+    return [f"  JIT-compiled frames unnamed: the runtime wrote no perf map"
+            + (f"; {how}" if how else "")]
 
 
 def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool = False) -> str:
@@ -320,7 +345,8 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
         + census_frees_text(report) + "; "
         f"dropped events: {t['dropped_events']}",
     ]
-    lines += abandoned_lines(report) + dropped_frees_lines(t) + python_lines(report.get("python"))
+    lines += abandoned_lines(report) + dropped_frees_lines(t) + \
+        python_lines(report.get("python")) + jit_lines(report.get("jit"))
     if t.get("sample_rate"):
         lines.append(f"  sampled: one allocation per {human_bytes(t['sample_rate'])} on average "
                      f"({t['sampled_allocations']} samples); counts and bytes are estimates")

@@ -26,7 +26,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
 from .. import _native, module_files, unwind_tables
-from . import python_frames, symbol_cache
+from . import jit_frames, python_frames, symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
 ELF_ERRORS = (OSError, ELFError, DWARFError, KeyError, IndexError, ValueError, AttributeError,
@@ -652,6 +652,8 @@ class Symbolizer:
         native frames its walks stopped at (0: unknown)."""
         self.python_code = python_code if python_code is not None else {}
         self.depth = depth or _native.MAX_DEPTH
+        self.jit_entries: list = []  # a perf map's [start, size, name] (jit_frames.py)
+        self._jit = None
         self.line_tool = LineTool.find(tool)
         self.native_lines = tool in ("auto", "libdw")
         self.lookup = lookup or Lookup()
@@ -668,10 +670,31 @@ class Symbolizer:
         return other
 
     def use(self, cap) -> "Symbolizer":
-        """A capture's code records and walk depth (its Python frames' names and places)."""
+        """A capture's code records and walk depth (its Python frames' names and places) and
+        its perf map (its JIT frames' names)."""
         self.python_code = cap.python_code
         self.depth = int(cap.meta.get("depth") or 0) or _native.MAX_DEPTH
+        self.use_jit_entries(cap.jit_map.get("entries") or [])
         return self
+
+    def use_jit_entries(self, entries: list) -> None:
+        """A perf map's entries (a live session's list, which grows)."""
+        if entries is not self.jit_entries:
+            self.jit_entries, self._jit = entries, None
+            self._forget_unmoduled()
+
+    def _forget_unmoduled(self) -> None:
+        """Frames of addresses in no module, named before the perf map had them."""
+        self._dicts = {a: d for a, d in self._dicts.items() if self._module_of(a)}
+        self._cache = {a: f for a, f in self._cache.items() if self._module_of(a)}
+
+    def _jit_entry(self, address: int):
+        if not self.jit_entries:
+            return None
+        if self._jit is None or len(self._jit) != len(self.jit_entries):
+            self._jit = jit_frames.JitMap(self.jit_entries)
+            self._forget_unmoduled()
+        return self._jit.at(address)
 
     def set_modules(self, modules) -> None:
         """A new module table (libraries came or went); per-file symbols are kept."""
@@ -785,7 +808,10 @@ class Symbolizer:
             if address in CUT_MARKERS:
                 got = frame_dicts_of(address, None, None, [], CUT_MARKERS[address])
             elif module is None:
-                got = frame_dicts_of(address, None, None, [], None)
+                entry = self._jit_entry(address)
+                got = [jit_frames.frame_dict(address, entry)] if entry else \
+                    [jit_frames.unlisted(address)] if self.jit_entries else \
+                    frame_dicts_of(address, None, None, [], None)
             else:
                 got = self._dicts_in(address, module, self._module_symbols(module))
             self._dicts[address] = got

@@ -23,7 +23,8 @@ def test_live_series_stays_bounded(monkeypatch):
         return {"outstanding_bytes": out.copy()}
     consumer = types.SimpleNamespace(
         totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
-    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None))
+    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None,
+                                                 perf_map=None, target_alive=lambda: False))
     for _ in range(3000):
         rec.tick()
         assert len(rec.ticks) <= 64 and rec.held <= 5_000 + 40
@@ -48,7 +49,8 @@ def test_recent_values_of_a_stack_are_its_samples():
         return {"outstanding_bytes": out}
     consumer = types.SimpleNamespace(
         totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
-    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None))
+    rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None,
+                                                 perf_map=None, target_alive=lambda: False))
     for n in range(10):
         tick["n"] = n
         rec.tick()
