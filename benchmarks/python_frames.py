@@ -7,6 +7,7 @@ python_work.py: dicts, strings, json.dumps and json.loads), called at a Python s
   alone       the program unprofiled;
   native      memhook -p --no-python-frames (pymalloc's calls traced, native stacks only);
   python      memhook -p (Python frames read at every allocation);
+  lossless    memhook -p --lossless (with --lossless: a full ring makes the program wait);
   memray      `memray run --native` on the same script (with --memray PYTHON: an interpreter
               with memray installed), which starts the program under it.
 
@@ -16,7 +17,7 @@ full, default settings: the consumer's pace, issue 43) are the share of events m
 native / python; a run that drops does less work and looks faster than it is.
 
     sudo .venv/bin/python benchmarks/python_frames.py [--cycles 3] [--python PATH ...]
-        [--depth 10 --depth 50] [--memray PATH]
+        [--depth 10 --depth 50] [--memray PATH] [--lossless]
 """
 import argparse
 import json
@@ -50,7 +51,8 @@ def timed(python: str, depth: int, mode: str, tmp: Path, memray: str | None) -> 
         capture = tmp / f"capture-{time.monotonic_ns()}.mh"
         mh = subprocess.Popen(MEMHOOK + ["-p", str(p.pid), "--no-live", "-o", str(capture),
                                          "--no-reachability"]
-                              + (["--no-python-frames"] if mode == "native" else []),
+                              + (["--no-python-frames"] if mode == "native" else [])
+                              + (["--lossless"] if mode == "lossless" else []),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
         while "attached" not in (mh.stdout.readline() or "attached"):
             pass
@@ -77,6 +79,7 @@ def main():
     ap.add_argument("--depth", type=int, action="append", default=[])
     ap.add_argument("--memray", help="a Python with memray installed (its version is timed "
                     "alone too, for memray's ratio)")
+    ap.add_argument("--lossless", action="store_true", help="time memhook -p --lossless too")
     a = ap.parse_args()
     pythons = a.python or [str(p) for p in sorted(Path("/root/.pyenv/versions").glob(
         "3.1[0-3].*/bin/python3.1?")) + sorted(Path("/root/.pyenv/versions").glob(
@@ -87,10 +90,11 @@ def main():
           f"{'ns/alloc for frames':>22}" + ("  memray --native" if a.memray else ""))
     for python in pythons:
         for depth in depths:
-            runs = {m: [] for m in ("alone", "native", "python", "memray")}
+            runs = {m: [] for m in ("alone", "native", "python", "lossless", "memray")}
             allocs, drops = [], {"native": [], "python": []}
             for _ in range(a.cycles):
-                for mode in ("alone", "native", "python") + (("memray",) if a.memray else ()):
+                for mode in ("alone", "native", "python") + (("lossless",) if a.lossless else ()) \
+                        + (("memray",) if a.memray else ()):
                     t, n, d = timed(a.memray if mode == "memray" else python, depth, mode, tmp,
                                     a.memray)
                     runs[mode].append(t)
@@ -105,7 +109,8 @@ def main():
                   f"{spread(ratio['native'], 'x'):>18}  {spread(ratio['python'], 'x'):>18}  "
                   f"{spread(per, ' ns', 0):>22}  {statistics.median(allocs):.0f} allocs, "
                   f"dropped {spread(drops['native'], '%', 0)} / {spread(drops['python'], '%', 0)}"
-                  + (f"  {spread(ratio['memray'], 'x')}" if a.memray else ""), flush=True)
+                  + (f"  lossless {spread(ratio['lossless'], 'x')}" if a.lossless else "")
+                  + (f"  memray {spread(ratio['memray'], 'x')}" if a.memray else ""), flush=True)
 
 
 if __name__ == "__main__":

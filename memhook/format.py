@@ -46,6 +46,8 @@ def frame_text(f: dict) -> str:
     where = frame_name(f)
     if f.get("inlined"):
         where = "(inlined) " + where
+    if f.get("unwound"):  # (its caller found by rows derived from its machine code)
+        where += f" [{f['unwound']}]"
     if f["file"]:  # (a file without line rows: a unit built without -g, its name from DWARF)
         return f"{where}  {f['file']}" + (f":{f['line']}" if f.get("line") else "")
     if f["module"]:

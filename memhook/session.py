@@ -17,6 +17,7 @@ from .inject import python_interpreter
 from .inject.gdb import GdbWayIn
 from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
 from .procfs import TargetError
+from . import unwind_tables
 from .unwind_tables import UnwindTables
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
@@ -632,6 +633,7 @@ class Session:
             "jit": self.jit_state(),
             "unwind": {"build_s": round(self.unwind.build_s, 3), "built": self.unwind.built,
                        "cached": self.unwind.cached,
-                       "without_rows": self.unwind.without_rows(self.modules)},
+                       "without_rows": self.unwind.without_rows(self.modules),
+                       "derived": unwind_tables.derived(self.unwind.objects, self.modules)},
         }
 

@@ -9,13 +9,15 @@ dlopen hook counts it (Session.poll_loads).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
-from . import _native, disk_cache
+from . import _native, disk_cache, prologue_rows
 
-CACHE_VERSION = 5  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
-# 5: rows from an .eh_frame without its search table, and the count of exported functions
+CACHE_VERSION = 6  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
+# 5: rows from an .eh_frame without its search table, and the count of exported functions;
+# 6: rows derived from the prologues of functions without CFI (prologue_rows.py)
 CACHE_BOUND = 256 << 20  # bytes of rows kept on disk, the least recently used dropped first
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
@@ -63,9 +65,31 @@ def rows_for(file: str, build_id: str, directory: str | None) -> ObjectRows:
             cached.path = file
             return cached
     rows, info = _native.cfi_rows(file)
+    rows, derived = with_derived_rows(file, rows)
+    if derived:
+        info = {**info, "derived": len(derived), "derived_ranges": derived}
     if key and directory:
         _write_cached(directory, key, rows, info)
     return ObjectRows(file, rows, info)
+
+
+def with_derived_rows(file: str, rows: bytes) -> tuple[bytes, list]:
+    """`rows` and rows for the functions they leave without, derived from their prologues
+    (prologue_rows.py); [(start, end)] of those functions (link-time addresses)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(file, "rb") as f:
+            elf = ELFFile(f)
+            loads = [s.header for s in elf.iter_segments() if s.header.p_type == "PT_LOAD"]
+
+            def read(vaddr: int, n: int) -> bytes:
+                h = next(h for h in loads if h.p_vaddr <= vaddr < h.p_vaddr + h.p_filesz)
+                f.seek(h.p_offset + vaddr - h.p_vaddr)
+                return f.read(min(n, h.p_vaddr + h.p_filesz - vaddr))
+            return prologue_rows.fill(rows, elf, read)
+    except (OSError, ELFError, StopIteration, ValueError):
+        return rows, []
 
 
 def row_span(rows: bytes) -> tuple[int, int]:
@@ -139,11 +163,23 @@ class UnwindTables:
                 continue
             if r.info.get("problem") or len(r.rows) < 2 * _native.ROW_BYTES:
                 out.append((m.path, r.info.get("problem") or "no call-frame information"))
-            elif sparse(r.info):
+            elif sparse(r.info) and not r.info.get("derived"):
                 out.append((m.path, f"rows for only {r.info['fdes']} of its "
                                     f"{r.info['functions']} exported functions (built without "
                                     "unwind tables, as musl's libc is)"))
         return out
+
+
+def derived(objects: dict, modules: dict) -> list:
+    """[path, functions, [[start, end], ...]] of mapped objects with rows derived from machine
+    code (prologue_rows.py): link-time addresses of the functions whose rows were."""
+    out = []
+    for key in modules:
+        m, r = objects.get(key, (None, None))
+        if r is not None and r.info.get("derived") and \
+                not os.path.basename(m.path).startswith("libmemhook_hook"):  # (its stub)
+            out.append([m.path, r.info["derived"], r.info.get("derived_ranges", [])])
+    return out
 
 
 def sparse(info: dict) -> bool:

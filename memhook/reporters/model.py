@@ -301,6 +301,10 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     if without:
         report["modules_without_unwind_rows"] = [{"module": m, "reason": why}
                                                  for m, why in without]
+    derived = meta.get("unwind", {}).get("derived") or []
+    if derived:  # (their frames carry "unwound": "derived rows": symbolize/derived_rows)
+        report["modules_with_derived_rows"] = [{"module": m, "functions": n}
+                                               for m, n, _ in derived]
     if not cap.complete:
         report["incomplete"] = True
     attribute(report, filters.runtime)

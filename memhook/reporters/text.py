@@ -1,6 +1,8 @@
 """The report as text: what `memhook report` and the final report print, and a diff's text."""
 from __future__ import annotations
 
+import os
+
 from .. import suppressions
 from ..reachability import categories
 from ..format import duration_text, frame_text, human_bytes, one_line
@@ -364,6 +366,10 @@ def render_text(report: dict, top: int = 10, frames: int = 8, full_names: bool =
     for a in report.get("allocators", []):
         if a.get("traced") != "yes":
             lines.append(f"  {one_line(str(a.get('note', '')), limit=400)}")
+    for m in report.get("modules_with_derived_rows", []):
+        lines.append(f"  {os.path.basename(m['module'])}: {m['functions']} functions without "
+                     "call-frame information, unwound by rows derived from their machine code "
+                     "(their frames are marked [derived rows])")
     for m in report.get("modules_without_unwind_rows", []):
         lines.append(f"  no unwind rows: {m['module']}: {m['reason']} (its frames are walked by "
                      "frame pointer; where it has none, stacks end there: [no unwind info])")

@@ -654,6 +654,9 @@ class Symbolizer:
         self.depth = depth or _native.MAX_DEPTH
         self.jit_entries: list = []  # a perf map's [start, size, name] (jit_frames.py)
         self._jit = None
+        # module path -> (starts, [[start, end]]) of functions unwound by rows derived from
+        # their machine code (by start)
+        self.derived: dict = {}
         self.line_tool = LineTool.find(tool)
         self.native_lines = tool in ("auto", "libdw")
         self.lookup = lookup or Lookup()
@@ -675,11 +678,13 @@ class Symbolizer:
         self.python_code = cap.python_code
         self.depth = int(cap.meta.get("depth") or 0) or _native.MAX_DEPTH
         self.use_jit_entries(cap.jit_map.get("entries") or [])
+        self.derived = {path: ([int(r[0]) for r in ranges], ranges) for path, _, ranges in
+                        (cap.meta.get("unwind") or {}).get("derived") or [] if ranges}
         return self
 
     def use_jit_entries(self, entries: list) -> None:
         """A perf map's entries (a live session's list, which grows)."""
-        if entries is not self.jit_entries:
+        if entries is not self.jit_entries and (entries or self.jit_entries):
             self.jit_entries, self._jit = entries, None
             self._forget_unmoduled()
 
@@ -848,7 +853,22 @@ def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     out: list = []
     for x in native:
         out += symbolizer.frame_dicts(x)
+    if symbolizer.derived:
+        mark_derived(out, symbolizer.derived)
     if words:
         out = python_frames.interleave(out, words, symbolizer.python_code,
                                        native_cut=len(native) >= symbolizer.depth)
     return without_root_marker(out) if _native.FRAME_NO_UNWIND_INFO in addresses else out
+
+
+def mark_derived(frames: list, derived: dict) -> None:
+    """Frames of functions the hooks unwound by rows derived from their machine code
+    (prologue_rows.py) say so: "unwound": "derived rows" (the same for every stack through
+    an address: the shared dicts are marked once)."""
+    for f in frames:
+        starts, ranges = derived.get(f.get("module")) or ((), ())
+        if starts and f.get("offset") is not None and "unwound" not in f and not f.get("inlined"):
+            at = f["offset"] - 1
+            i = bisect.bisect_right(starts, at) - 1
+            if i >= 0 and at < ranges[i][1]:
+                f["unwound"] = "derived rows"

@@ -343,8 +343,9 @@ def test_no_libdl_every_call_exact(tmp_path, place):
 
 def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
     """malloc, calloc, realloc, posix_memalign, strdup and free in a musl target: exact bytes;
-    stacks equal gdb's bt, return address by return address; strdup's stack ends in musl's
-    libc, which has no call-frame information for it, and the report says so in one line."""
+    stacks equal gdb's bt, return address by return address; strdup's stack goes through
+    musl's libc, which has no call-frame information for it, by rows derived from its machine
+    code, and the report says so in one line."""
     target = targets(musl_target, argv=["setarch", "x86_64", "-R", str(musl_target)])
     mh = Memhook(target.pid, tmp_path)
     assert f", musl {musl_version()}): " in mh.attached_line, mh.attached_line
@@ -354,7 +355,9 @@ def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
     assert report["libc"] == f"musl {musl_version()}"
     assert_each_call_exact(report)
     strdup = site(report, "strdup")
-    assert strdup["frames"][0]["module"].endswith("libc.so"), strdup  # ends there: no CFI
+    assert strdup["frames"][0]["module"].endswith("libc.so"), strdup
+    assert strdup["frames"][0]["unwound"] == "derived rows", strdup  # (no CFI)
+    assert [f["function"] for f in strdup["frames"][1:]] == ["leak_strdup", "main"], strdup
     stacks = memhook_stacks(report)
     for function, hooked in (("leak_malloc", "malloc"), ("leak_memalign", "posix_memalign")):
         want = gdb_stack(musl_target, ["each"], function, hooked)
@@ -363,8 +366,64 @@ def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
         assert any(a == addrs for a, _, _ in stacks), (function, want, stacks)
     text = run_memhook("report", mh.capture).stdout
     assert f"), musl {musl_version()}, " in text.splitlines()[0], text.splitlines()[0]
-    note = [line for line in text.splitlines() if "libc.so: rows for only" in line]
-    assert len(note) == 1 and "exported functions" in note[0], text
+    note = [line for line in text.splitlines() if line.startswith("  libc.so: ")
+            and "unwound by rows derived from their machine code" in line]
+    assert len(note) == 1, text
+
+
+@pytest.fixture(scope="module")
+def musl_frameless(tmp_path_factory):
+    """tests/targets/musl_frameless.c as Alpine builds programs: -O2, no frame pointers."""
+    if shutil.which("musl-gcc") is None:
+        pytest.fail("musl-gcc is not installed (scripts/setup.sh installs musl-tools)")
+    d = tmp_path_factory.mktemp("musl-frameless")
+    subprocess.run(["musl-gcc", "-g", "-O2", "-fomit-frame-pointer",
+                    str(TARGETS / "musl_frameless.c"), "-o", str(d / "frameless")], check=True)
+    return d / "frameless"
+
+
+def gdb_callers(exe: Path, command: str, entry: str) -> list:
+    """The return addresses gdb is sure of above musl's `entry` called from leak_COMMAND: where
+    `finish` out of it lands, and main's (from leak_COMMAND, which has CFI)."""
+    script = exe.parent / f"commands-{command}"
+    script.write_text(f"{command}\nexit\n")
+    out = subprocess.run(["gdb", "-nx", "-batch", "-ex", f"break leak_{command}",
+                          "-ex", f"run < {script} > /dev/null", "-ex", "bt",
+                          "-ex", f"break {entry}", "-ex", "continue", "-ex", "finish",
+                          "-ex", 'printf "FINISHED %lx\\n", $pc', "-ex", "kill", str(exe)],
+                         capture_output=True, text=True, timeout=180).stdout
+    main = next(int(line.split()[1], 16) for line in out.splitlines()
+                if line.startswith("#1 ") and " in main " in line)
+    finished = next(int(line.split()[1], 16) for line in out.splitlines()
+                    if line.startswith("FINISHED "))
+    return [finished, main]
+
+
+@pytest.mark.parametrize("command, entry, hooked", [
+    ("strdup", "strdup", "malloc"), ("getline", "getline", "realloc"),
+    ("fopen", "fopen", "malloc")])
+def test_musl_frameless_stacks_reach_main(tmp_path, musl_frameless, targets, command, entry,
+                                          hooked):
+    """musl's strdup, getline and fopen (no call-frame information in its libc, no frame
+    pointers in the program): the stack reaches the caller and main through rows derived from
+    libc's machine code. Where gdb's bt is right it is equal: its frames in libc that it names
+    (between them, its prologue analysis reads junk frames; past them, it stops short of the
+    caller), and the caller's and main's return addresses, as `finish` out of musl's function
+    and a bt in the caller give them."""
+    target = targets(musl_frameless, argv=["setarch", "x86_64", "-R", str(musl_frameless)])
+    mh = Memhook(target.pid, tmp_path)
+    target.command(command)
+    report = mh.stop()
+    assert target.finish() == 0
+    named = [pc for pc, name in gdb_stack(musl_frameless, [command], f"leak_{command}", hooked)
+             if name not in (None, "None", "??", f"leak_{command}", "main")]
+    callers = gdb_callers(musl_frameless, command, entry)
+    mine = [(addrs, names, s) for addrs, names, s in memhook_stacks(report)
+            if names[-2:] == [f"leak_{command}", "main"] and s["outstanding_count"] == 1]
+    assert len(mine) == 1, memhook_stacks(report)
+    addrs, names, s = mine[0]
+    assert addrs[-2:] == callers and addrs[:len(named)] == named, (addrs, named, callers)
+    assert all(f.get("unwound") == "derived rows" for f in s["frames"][:-2]), s["frames"]
 
 
 def test_musl_library_loaded_after_attach(tmp_path, musl_target, targets):

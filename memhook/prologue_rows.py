@@ -1,0 +1,135 @@
+"""Unwind rows derived from machine code, for functions no call-frame information covers (musl's
+libc.so: 4 FDEs for 1,700 functions; hand-written assembly): each such function's prologue up
+to its first call, decoded with iced-x86 (pushes, stack adjustments, the frame pointer's
+set-up), gives where its CFA and the caller's rbp are at its call sites, as unwinder.h's rows
+say it (common/unwind_rows.h). gdb does the like with its prologue analyser; memhook writes the
+result into the object's rows (cached with them by build-id), for the in-process unwinder.
+
+What is derived is a fall-through reading: a function whose stack changes on another path
+before a call is read as its first path has it. A function whose prologue does something else
+to rsp (aligns it, moves it from another register) is left without rows, as before."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _native
+from .allocators import ELF64_SYM, STT_FUNC
+
+ROW = np.dtype([("start", "<u4"), ("rule", "<u4")])
+KIND_RSP, KIND_RBP, KIND_NONE = 1, 2, 5
+RBP_SAME, RBP_SAVED = 0, 1
+PROLOGUE_BYTES = 256  # decoded at most, from the function's start
+
+
+def rule(kind: int, cfa: int = 0, rbp: int = RBP_SAME, slot: int = 0) -> int:
+    return kind | rbp << 3 | slot << 5 | (cfa // 8) << 16
+
+
+def functions(elf) -> list[tuple[int, int]]:
+    """(start, size) of the functions the object's symbol tables define, by start."""
+    found = {}
+    for name in (".dynsym", ".symtab"):
+        s = elf.get_section_by_name(name)
+        if s is None or s["sh_entsize"] != ELF64_SYM.itemsize:
+            continue
+        syms = np.frombuffer(s.data(), dtype=ELF64_SYM)
+        keep = ((syms["info"] & 0xF) == STT_FUNC) & (syms["shndx"] != 0) & (syms["size"] > 0)
+        for v, n in zip(syms["value"][keep].tolist(), syms["size"][keep].tolist()):
+            found[v] = max(found.get(v, 0), n)
+    return sorted(found.items())
+
+
+def derive(code: bytes, start: int) -> list[tuple[int, int]] | None:
+    """Rows (address, rule) for the function whose first bytes are `code`, at `start`: one
+    where each instruction up to its first call changes the frame. None where its prologue
+    does what no row can say."""
+    from iced_x86 import Code, Decoder, FlowControl, Mnemonic, OpKind, Register
+    depth = 0          # bytes pushed or reserved below the return address
+    framed = None      # rsp's depth when rbp was set to it (CFA = rbp + 8 + that)
+    slot = 0           # the caller's rbp at CFA - 8 * slot (0: not saved)
+    rows = [(start, rule(KIND_RSP, 8))]
+
+    def now(at: int) -> None:
+        r = rule(KIND_RBP, 8 + framed, RBP_SAVED if slot else RBP_SAME, slot) \
+            if framed is not None else rule(KIND_RSP, 8 + depth, RBP_SAVED if slot else RBP_SAME,
+                                            slot)
+        if r != rows[-1][1]:
+            rows.append((at, r))
+
+    for insn in Decoder(64, code, ip=start):
+        if insn.code == Code.INVALID:
+            return None
+        m, end = insn.mnemonic, insn.next_ip
+        flow = insn.flow_control
+        if flow == FlowControl.CALL or flow == FlowControl.INDIRECT_CALL:
+            return rows
+        if flow in (FlowControl.RETURN, FlowControl.UNCONDITIONAL_BRANCH,
+                    FlowControl.INDIRECT_BRANCH, FlowControl.INTERRUPT, FlowControl.EXCEPTION):
+            return rows  # (no call on this path: a tail call or a leaf)
+        writes_rsp = insn.op_count and insn.op0_kind == OpKind.REGISTER and \
+            insn.op0_register == Register.RSP
+        if m == Mnemonic.PUSH:
+            if insn.op0_kind == OpKind.REGISTER and insn.op0_register == Register.RBP and \
+                    framed is None and not slot:
+                slot = (16 + depth) // 8
+            depth += 8
+        elif m == Mnemonic.POP:
+            depth -= 8
+        elif writes_rsp and m in (Mnemonic.SUB, Mnemonic.ADD) and \
+                insn.op1_kind in (OpKind.IMMEDIATE8TO64, OpKind.IMMEDIATE32TO64, OpKind.IMMEDIATE8,
+                                  OpKind.IMMEDIATE32):
+            imm = insn.immediate(1)
+            imm = imm - (1 << 64) if imm >= 1 << 63 else imm
+            depth += imm if m == Mnemonic.SUB else -imm
+        elif m == Mnemonic.LEA and writes_rsp and insn.memory_base == Register.RSP and \
+                insn.memory_index == Register.NONE:
+            disp = insn.memory_displacement
+            depth -= disp - (1 << 64) if disp >= 1 << 63 else disp
+        elif m == Mnemonic.MOV and insn.op_count == 2 and insn.op0_kind == OpKind.REGISTER and \
+                insn.op0_register == Register.RBP and insn.op1_kind == OpKind.REGISTER and \
+                insn.op1_register == Register.RSP:
+            framed = depth
+        elif writes_rsp and framed is None:
+            return None  # rsp from elsewhere (aligned, moved): no row says where the CFA is
+        if depth < 0 or depth % 8 or depth > 8 * 0xFFF0:
+            return None
+        now(end)
+    return rows
+
+
+def fill(rows: bytes, elf, read) -> tuple[bytes, list]:
+    """`rows` with rows derived for the functions they leave without (a kRowNone over their
+    start): (the rows, [(start, end)] of the functions derived). `read(vaddr, n)`: the file's
+    bytes at a link-time address."""
+    table = np.frombuffer(rows, dtype=ROW)
+    if not len(table):
+        return rows, []
+    starts = table["start"]
+    kinds = table["rule"] & 7
+    out, derived = [], []
+    for start, size in functions(elf):
+        i = int(np.searchsorted(starts, start, side="right")) - 1
+        if i < 0 or kinds[i] != KIND_NONE or start >= 1 << 32:
+            continue
+        nxt = int(starts[i + 1]) if i + 1 < len(starts) else None
+        if nxt is not None and nxt < start + size:
+            continue  # (rows begin inside it: CFI covers part of it)
+        try:
+            code = read(start, min(size, PROLOGUE_BYTES))
+        except (OSError, ValueError):
+            continue
+        got = derive(code, start)
+        if not got:
+            continue
+        out += got + [(start + size, rule(KIND_NONE))]
+        derived.append((start, start + size))
+    if not out:
+        return rows, []
+    merged = {int(s): int(r) for s, r in zip(table["start"].tolist(), table["rule"].tolist())}
+    for s, r in out:  # (a function's end may be another's start: the start's row wins)
+        if s not in merged or r & 7 != KIND_NONE:
+            merged[s] = r
+    new = np.array(sorted(merged.items()), dtype=np.uint32).view(ROW).ravel()
+    # Adjacent rows alike say nothing: kept, they cost nothing but bytes.
+    assert new.dtype.itemsize == _native.ROW_BYTES
+    return new.tobytes(), derived
