@@ -106,18 +106,30 @@ def test_a_leak_is_named_by_its_python_function_and_line(targets, tmp_path, vers
     assert attributed(churn[0])["line"] == marker_line("leak_service.py", "# CHURN")
 
 
-@pytest.mark.parametrize("version", ["3.8", "3.11", "3.13"])
-def test_each_thread_names_its_own_function(targets, tmp_path, version):
+def traced_command(targets, version: str, tmp_path, command: str) -> dict:
+    """The report of memhook attached to leak_service.py while it runs `command`."""
     t = service(targets, INTERPRETERS[version], tmp_path)
     mh = Memhook(t.pid, tmp_path)
-    t.command("threads")
+    t.command(command)
     rep = mh.stop()
     assert t.finish() == 0
+    return rep
+
+
+def kept_bytes_object(rep: dict, function: str, size: int) -> list:
+    """The one site of the bytes object of `size` bytes `function` kept (a bytes object's
+    block: its header and NUL beside its bytes)."""
+    sites = [s for s in rep["sites"] if attributed(s)["function"] == function
+             and s["alloc_bytes"] == size + 33]
+    assert len(sites) == 1, [python_frames(s) for s in rep["sites"][:8]]
+    return sites
+
+
+@pytest.mark.parametrize("version", ["3.8", "3.11", "3.13"])
+def test_each_thread_names_its_own_function(targets, tmp_path, version):
+    rep = traced_command(targets, version, tmp_path, "threads")
     for n, size in enumerate((3000, 3100, 3200, 3300)):
-        # (the bytes object it keeps: its header and NUL beside its bytes)
-        sites = [s for s in rep["sites"] if attributed(s)["function"] == f"thread_{n}"
-                 and s["alloc_bytes"] == size + 33]
-        assert len(sites) == 1, [python_frames(s) for s in rep["sites"][:8]]
+        sites = kept_bytes_object(rep, f"thread_{n}", size)
         assert sites[0]["outstanding_count"] == 1
         assert python_frames(sites[0])[0] == (f"thread_{n}", "leak_service.py",
                                               marker_line("leak_service.py", f"# THREAD {n}"))
@@ -128,15 +140,9 @@ def test_each_thread_names_its_own_function(targets, tmp_path, version):
 
 @pytest.mark.parametrize("version", ["3.9", "3.12", "debian-3.11"])
 def test_code_made_by_exec_and_freed_keeps_its_name(targets, tmp_path, version):
-    t = service(targets, INTERPRETERS[version], tmp_path)
-    mh = Memhook(t.pid, tmp_path)
-    t.command("exec")
-    rep = mh.stop()
-    assert t.finish() == 0
+    rep = traced_command(targets, version, tmp_path, "exec")
     for n, size in ((1, 4001), (2, 4002)):
-        sites = [s for s in rep["sites"] if attributed(s)["function"] == f"made_by_exec_{n}"
-                 and s["alloc_bytes"] == size + 33]
-        assert len(sites) == 1, [python_frames(s) for s in rep["sites"][:8]]
+        sites = kept_bytes_object(rep, f"made_by_exec_{n}", size)
         frames = python_frames(sites[0])
         assert frames[0] == (f"made_by_exec_{n}", "<string>", 3)
         assert frames[1] == ("<module>", "<string>", 4)
