@@ -154,8 +154,11 @@ if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak
 """
 
 
-KIND_COLOURS = ("#e8864a", "#6fa8dc", "#c2c2c2")  # own, libraries, runtime: the key and the
-KIND_NAMES = ("the program", "other libraries", "the runtime")  # script's (render) alike
+# own, libraries, runtime, then Python's and JIT-compiled frames: the key and the script's
+# (render) alike
+KIND_COLOURS = ("#e8864a", "#6fa8dc", "#c2c2c2", "#9fd07a", "#c79be0")
+KIND_NAMES = ("the program", "other libraries", "the runtime", "Python code",
+              "JIT-compiled code")
 
 
 def report_executable(cap: Capture) -> set:
@@ -168,8 +171,14 @@ def report_executable(cap: Capture) -> set:
 def frame_kind(f: dict, exes: set) -> int:
     """0: the program's own code (its executable, or a frame of no module: JIT code, or one
     whose module is unknown), 1: another library, 2: the runtime (attribution.py)."""
-    if attribution.DEFAULT.is_runtime(f) or attribution.is_marker(f):
+    if attribution.is_marker(f):
         return 2  # (a marker, "[no unwind info]", is not the program's code either)
+    if f.get("kind") == "python":
+        return 2 if attribution.is_python_library(f) else 3
+    if f.get("kind") == "jit":
+        return 2 if attribution.is_jit_runtime(f) else 4
+    if attribution.DEFAULT.is_runtime(f):
+        return 2
     module = f.get("module")
     return 0 if not module or module in exes or os.path.basename(module) in exes else 1
 

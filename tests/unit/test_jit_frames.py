@@ -62,3 +62,14 @@ def test_perf_map_lines_and_a_map_older_than_the_process(tmp_path, monkeypatch):
     assert [e[2] for e in m.entries] == ["d"]
     os.utime(tmp_path / "perf.map", (1, 1))  # before this process started: another's
     assert perf_map.read_new(pid, perf_map.PerfMap()) == []
+
+
+def test_the_flame_graph_colours_python_and_jit_frames_as_their_own():
+    from memhook.reporters.html import KIND_NAMES, frame_kind
+    python = {"function": "leak_here", "module": None, "file": "/srv/app.py", "kind": "python"}
+    stdlib = dict(python, file="/usr/lib/python3.11/json/encoder.py")
+    jit = {"function": "leakyHandler", "module": None, "file": "/srv/app.js", "kind": "jit",
+           "jit_name": "JS:*leakyHandler /srv/app.js:2:1"}
+    builtin = dict(jit, function="Builtin:CallFunction", jit_name="Builtin:CallFunction")
+    assert [KIND_NAMES[frame_kind(f, set())] for f in (python, stdlib, jit, builtin)] == [
+        "Python code", "the runtime", "JIT-compiled code", "the runtime"]
