@@ -135,10 +135,10 @@ def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
 
 def allocator_struct(function: int | None, mem: Memory, text: tuple) -> int:
     """The allocator struct (PyMemAllocatorEx) PyObject_Malloc or PyMem_Malloc at `function`
-    calls through: the first two words it reads, a word apart (ctx, then malloc), found by
-    following its first instructions (a load of _PyRuntime's address from the GOT, then
-    loads through it; or loads of the struct itself). 0 when not found or not a struct of four
-    functions of the interpreter's object (`text`: its address range)."""
+    calls through, found by following its first instructions (a load of _PyRuntime's address
+    from the GOT, then loads through it; or loads of the struct itself): where it reads ctx
+    and malloc, or malloc alone. 0 when not found, or not a struct of four functions of the
+    interpreter's object (`text`: its address range)."""
     if not function:
         return 0
     from iced_x86 import Code, Decoder, OpKind, Register
@@ -160,20 +160,25 @@ def allocator_struct(function: int | None, mem: Memory, text: tuple) -> int:
             elif insn.memory_base in regs and insn.memory_index == Register.NONE:
                 at = (regs[insn.memory_base] + insn.memory_displacement) & (2**64 - 1)
         if at is None:
+            if insn.code == Code.MOV_R64_RM64:
+                regs.pop(insn.op0_register, None)  # (loaded from where we cannot tell)
             continue
         reads.append(at)
         if insn.code == Code.MOV_R64_RM64:
             try:
                 regs[insn.op0_register] = mem.u64(at)
-            except (OSError, struct.error):
-                return 0
-    for a in reads:
-        if a + 8 in reads:
-            try:
-                words = struct.unpack("<5Q", mem.read(a, 40))
-            except (OSError, struct.error):
-                return 0
-            return a if all(text[0] <= w < text[1] for w in words[1:]) else 0
+            except (OSError, struct.error):  # (a pointer it follows later: not the struct's)
+                regs.pop(insn.op0_register, None)
+    # The struct: ctx and malloc read a word apart; or, where an LTO build reads only the
+    # malloc pointer on its way (to compare it with pymalloc's own, ctx read later), that one.
+    candidates = [a for a in reads if a + 8 in reads] + [a - 8 for a in reads]
+    for at in candidates:
+        try:
+            words = struct.unpack("<5Q", mem.read(at, 40))
+        except (OSError, struct.error):
+            continue
+        if all(text[0] <= w < text[1] for w in words[1:]):
+            return at
     return 0
 
 

@@ -7,12 +7,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import Memhook, memhook_cmd, report_json
+from conftest import Memhook, Target, memhook_cmd, report_json
 
 PYTHON_TARGETS = Path(__file__).parent.parent / "targets" / "python"
 PYENV = Path("/root/.pyenv/versions")
@@ -233,3 +234,52 @@ def test_a_forked_workers_python_frames_are_named(tmp_path, version):
     merged = [s for s in rep["sites"] if s["frames"] and attributed(s)["function"] ==
               "work_in_child" and attributed(s)["line"] == line]
     assert sum(s["outstanding_count"] for s in merged) == sum(s["outstanding_count"] for s in mine)
+
+
+ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
+
+
+@pytest.mark.parametrize("root, version", [("bullseye-bare", "3.9."), ("trixie-bare", "3.13.")])
+def test_a_containers_python_is_named(tmp_path, root, version):
+    """Debian 11's python3.9 and Debian 13's python3.13 in a mount namespace whose root is
+    theirs (as a container runtime runs them: the target's maps name the container's paths):
+    nothing installed in it, the leak named by its Python function and line, and the dicts
+    counted as tracemalloc counts them."""
+    from test_libcs import ENTER
+    base = ROOTS / root
+    if not (base / ".memhook-root").exists():
+        message = f"no {root} root in {ROOTS}: scripts/roots.sh builds it"
+        if os.environ.get("MEMHOOK_REQUIRE_ROOTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    (base / "opt").mkdir(exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="memhook-test-", dir=base / "opt"))
+    try:
+        os.chmod(d, 0o755)
+        for f in ("leak_service.py", "leak_module.py"):
+            shutil.copy(PYTHON_TARGETS / f, d / f)
+        inside = "/" + str(d.relative_to(base))
+        t = Target(d / "leak_service.py", argv=[
+            "unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "sh", str(base),
+            "", "sh", "-c", f"cd {inside} && exec python3 leak_service.py --tracemalloc"])
+        try:
+            mh = Memhook(t.pid, tmp_path)
+            for _ in range(3):
+                t.command("leak")
+            stats = t.ask("stats", "stats").split()
+            rep = mh.stop()
+            assert t.finish() == 0
+        finally:
+            t.kill()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    assert rep["python"]["frames"] and rep["python"]["version"].startswith(version), rep["python"]
+    leak = marker_line("leak_module.py", 'f"item-{i}"})')
+    at_line = [s for s in rep["sites"] if python_frames(s)
+               and python_frames(s)[0] == ("leak_here", "leak_module.py", leak)]
+    assert at_line and all(python_frames(s)[1][:2] == ("handle", "leak_service.py")
+                           for s in at_line)
+    assert (sum(s["outstanding_bytes"] for s in at_line),
+            sum(s["outstanding_count"] for s in at_line)) == (int(stats[2]), int(stats[3])), (
+        rep["python"], [(s["outstanding_bytes"], s["outstanding_count"], s["operations"],
+                         [f["function"] for f in s["frames"][:4]]) for s in at_line])
