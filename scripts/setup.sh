@@ -43,6 +43,10 @@ if [ "${1:-}" = --tests ]; then
   command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
   # For the census of every PostgreSQL process under pgbench (benchmarks/pgbench_pause.py too).
   [ -x /usr/lib/postgresql/15/bin/pgbench ] || missing+=(postgresql-15)
+  # For Python and JIT frames (tests/integration/test_python_frames.py, test_jit_frames.py):
+  # Debian's debug build of Python (refused in one line) and Node.js (its perf map).
+  [ -x /usr/bin/python3.11d ] || missing+=(python3.11-dbg)
+  command -v node >/dev/null || missing+=(nodejs)
 fi
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)

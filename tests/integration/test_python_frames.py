@@ -283,3 +283,39 @@ def test_a_containers_python_is_named(tmp_path, root, version):
             sum(s["outstanding_count"] for s in at_line)) == (int(stats[2]), int(stats[3])), (
         rep["python"], [(s["outstanding_bytes"], s["outstanding_count"], s["operations"],
                          [f["function"] for f in s["frames"][:4]]) for s in at_line])
+
+
+def test_a_debug_build_is_refused_in_one_line(targets, tmp_path):
+    """Debian's python3.11d (Py_DEBUG: every object two words longer): its frames are not read,
+    and the report says why in one line; its native stacks are whole all the same."""
+    t = service(targets, Path("/usr/bin/python3.11d"), tmp_path)
+    mh = Memhook(t.pid, tmp_path)
+    t.command("leak")
+    rep = mh.stop()
+    assert t.finish() == 0
+    assert rep["python"]["frames"] is False and "debug build" in rep["python"]["why"]
+    assert not [f for s in rep["sites"] for f in s["frames"] if f.get("kind") == "python"]
+    from conftest import report
+    lines = [line for line in report(mh.capture).stdout.splitlines()
+             if "Python frames not read" in line]
+    assert lines == ["  Python frames not read: CPython 3.11.2 is a debug build: memhook reads "
+                     "the frames of release builds"], lines
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.13"])
+def test_sampling_names_python_frames_too(targets, tmp_path, version):
+    """--sample-rate: each sample carries its Python frames; the leak's estimate is near the
+    bytes tracemalloc counts for the line."""
+    t = service(targets, INTERPRETERS[version], tmp_path, "--tracemalloc")
+    mh = Memhook(t.pid, tmp_path, "--sample-rate", "4KiB")
+    for _ in range(5):
+        t.command("leak")
+    stats = t.ask("stats", "stats").split()
+    rep = mh.stop()
+    assert t.finish() == 0
+    leak = marker_line("leak_module.py", 'f"item-{i}"})')
+    at_line = [s for s in rep["sites"] if python_frames(s)
+               and python_frames(s)[0] == ("leak_here", "leak_module.py", leak)]
+    assert at_line and all(python_frames(s)[1][0] == "handle" for s in at_line)
+    estimate, tm = sum(s["outstanding_bytes"] for s in at_line), int(stats[2])
+    assert 0.7 * tm < estimate < 1.3 * tm, (estimate, tm)
