@@ -319,3 +319,33 @@ def test_sampling_names_python_frames_too(targets, tmp_path, version):
     assert at_line and all(python_frames(s)[1][0] == "handle" for s in at_line)
     estimate, tm = sum(s["outstanding_bytes"] for s in at_line), int(stats[2])
     assert 0.7 * tm < estimate < 1.3 * tm, (estimate, tm)
+
+
+@pytest.mark.parametrize("version", ["3.9", "debian-3.11", "3.13"])
+def test_detach_puts_the_allocator_structs_back(targets, tmp_path, version):
+    """The structs PyObject_Malloc and PyMem_Malloc call through hold the session's hooks while
+    it lasts and their own functions again after it; the program goes on allocating."""
+    from memhook import elf
+    from memhook.inject import python_interpreter
+    from memhook.procfs import Memory
+    t = service(targets, INTERPRETERS[version], tmp_path)
+    layout = elf.scan(t.pid, os.path.realpath(f"/proc/{t.pid}/exe"))
+    found = python_interpreter.find(t.pid, layout.objects)
+    structs = [found.layout["mem_allocator"], found.layout["obj_allocator"]]
+    assert all(structs), found.describe()
+
+    def words():
+        with Memory(t.pid) as mem:
+            return [mem.read(at, 40) for at in structs]
+    before = words()
+    mh = Memhook(t.pid, tmp_path)
+    t.command("leak")
+    during = words()
+    rep = mh.stop()
+    assert rep["python"]["allocators"]
+    assert [w[:8] for w in during] == [w[:8] for w in before]  # (ctx left alone)
+    assert all(d[8:] != b[8:] for d, b in zip(during, before))  # (its four functions hooked)
+    assert words() == before
+    t.command("leak")  # (it goes on, through its own functions)
+    t.command("churn")
+    assert t.finish() == 0
