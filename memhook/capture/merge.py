@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .perf_map import JitMap
 from .python_code import CODE_MASK, CODE_SHIFT, PYTHON_FRAME
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      SITE_COLUMNS, UNCERTAIN_COLUMNS, Capture)
@@ -35,6 +36,7 @@ def merge(caps: list[Capture]) -> Capture:
     columns = SITE_COLUMNS + UNCERTAIN_COLUMNS
     rows = []  # per process: merged stack id of each of its stacks
     code: dict = {}  # python_code.CodeObject -> its merged number (forked workers share code)
+    jit: list = []   # the processes' perf maps, each moved to its own place (move_jit_frames)
     for cap in caps:
         mods = sorted(cap.modules, key=lambda m: m["lo"])
         los = np.array([m["lo"] for m in mods], np.uint64)
@@ -53,6 +55,7 @@ def merge(caps: list[Capture]) -> Capture:
         moved = f.copy()
         moved[inside] = f[inside] + shift[at[inside]].astype(np.uint64)
         renumber_python_frames(moved, cap.python_code, code)
+        move_jit_frames(moved, inside, cap.jit_map.get("entries") or [], len(rows), jit)
         ids = np.zeros(cap.stack_count, np.int64)
         for s in range(1, cap.stack_count):
             key = moved[int(cap.stack_offsets[s]):int(cap.stack_offsets[s + 1])].tobytes()
@@ -113,8 +116,26 @@ def merge(caps: list[Capture]) -> Capture:
                    np.concatenate(frames) if frames else np.zeros(0, np.uint64),
                    complete=all(c.complete for c in caps), processes=caps, behaviour=behaviour,
                    python_code={n: c for c, n in code.items()},
+                   jit_map={"name": "", "entries": jit, "cut": False} if jit else {},
                    by_process={"pid": np.array([m.get("pid") or 0 for m in metas], np.int64),
                                "stack_map": rows, **per})
+
+
+MERGED_JIT_BASE = 1 << 61  # each process's JIT code moved to its own 2^47 bytes from here
+
+
+def move_jit_frames(frames: np.ndarray, inside: np.ndarray, entries: list, p: int,
+                    merged: list) -> None:
+    """A process's frames in its JIT runtime's code (in no module, in its perf map) moved, with
+    its map's entries, to a place of their own: two processes' JIT code may share addresses."""
+    if not entries:
+        return
+    shift = MERGED_JIT_BASE + (p << 47)
+    jit_map = JitMap(entries)
+    for i in np.flatnonzero(~inside & ((frames >> np.uint64(63)) == 0)).tolist():
+        if jit_map.at(int(frames[i])) is not None:
+            frames[i] = np.uint64(int(frames[i]) + shift)
+    merged += [[start + shift, size, name] for start, size, name in entries]
 
 
 def renumber_python_frames(frames: np.ndarray, records: dict, merged: dict) -> None:

@@ -9,6 +9,7 @@ The file belongs to the target's user, in a directory anyone writes: opened thro
 target's root without following a symbolic link, read only, at most MAX_BYTES."""
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from ..inject.target_files import open_dir_in_root
 
 MAX_BYTES = 256 << 20  # a map beyond this is read no further (and the report says so)
 HEAD = 256  # bytes of the map's start that tell it was written again
+SCAN = 64  # entries before an address's looked at for one that covers it (JitMap)
 
 
 @dataclass
@@ -114,3 +116,26 @@ def from_json(value, into: PerfMap) -> None:
         into.cut = bool(value.get("cut")) or into.cut
     except (KeyError, TypeError, ValueError):
         raise ValueError("perf map block malformed") from None
+
+
+class JitMap:
+    """A perf map's entries ([start, size, name] in file order), looked up by address."""
+
+    def __init__(self, entries: list):
+        self.entries = entries
+        self.order = sorted(range(len(entries)), key=lambda i: entries[i][0])
+        self.starts = [entries[i][0] for i in self.order]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def at(self, address: int):
+        """The entry covering `address` ([start, size, name]), the latest where several do."""
+        best = -1
+        i = bisect.bisect_right(self.starts, address) - 1
+        for j in range(i, max(i - SCAN, -1), -1):
+            k = self.order[j]
+            start, size, _ = self.entries[k]
+            if start <= address < start + size and k > best:
+                best = k
+        return self.entries[best] if best >= 0 else None

@@ -26,6 +26,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
 from .. import _native, module_files, unwind_tables
+from ..capture.perf_map import JitMap
 from . import jit_frames, python_frames, symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
@@ -697,7 +698,7 @@ class Symbolizer:
         if not self.jit_entries:
             return None
         if self._jit is None or len(self._jit) != len(self.jit_entries):
-            self._jit = jit_frames.JitMap(self.jit_entries)
+            self._jit = JitMap(self.jit_entries)
             self._forget_unmoduled()
         return self._jit.at(address)
 

@@ -9,37 +9,12 @@ Names as runtimes write them: V8 (Node.js) `JS:*leakyHandler /srv/app.js:12:20` 
 `py::leak_here:/srv/app.py`. (Which of them are the runtime's own: attribution.py.)"""
 from __future__ import annotations
 
-import bisect
 import re
 
 KIND = "jit"
-SCAN = 64  # entries before an address's looked at for one that covers it
 V8_KIND = re.compile(r"^(?:JS|LazyCompile|Function|Script|Eval):[*~^+]?")
 WHERE = re.compile(r"^(?P<name>.*?)\s+(?:file://)?(?P<file>\S+?):(?P<line>\d+)(?::\d+)?$")
 PYTHON_PERF = re.compile(r"^py::(?P<name>[^:]+):(?P<file>.+)$")
-
-
-class JitMap:
-    """A perf map's entries ([start, size, name] in file order), looked up by address."""
-
-    def __init__(self, entries: list):
-        self.entries = entries
-        self.order = sorted(range(len(entries)), key=lambda i: entries[i][0])
-        self.starts = [entries[i][0] for i in self.order]
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def at(self, address: int):
-        """The entry covering `address` ([start, size, name]), the latest where several do."""
-        best = -1
-        i = bisect.bisect_right(self.starts, address) - 1
-        for j in range(i, max(i - SCAN, -1), -1):
-            k = self.order[j]
-            start, size, _ = self.entries[k]
-            if start <= address < start + size and k > best:
-                best = k
-        return self.entries[best] if best >= 0 else None
 
 
 def frame_dict(address: int, entry: list) -> dict:

@@ -8,7 +8,7 @@ from memhook.symbolize import jit_frames
 
 
 def test_a_later_entry_wins_where_ranges_overlap():
-    m = jit_frames.JitMap([[0x1000, 0x100, "old"], [0x2000, 0x10, "other"],
+    m = perf_map.JitMap([[0x1000, 0x100, "old"], [0x2000, 0x10, "other"],
                            [0x1080, 0x40, "new"]])
     assert m.at(0x1090)[2] == "new" and m.at(0x1010)[2] == "old"
     assert m.at(0x10c0)[2] == "old" and m.at(0x2010) is None and m.at(0xfff) is None
@@ -73,3 +73,25 @@ def test_the_flame_graph_colours_python_and_jit_frames_as_their_own():
     builtin = dict(jit, function="Builtin:CallFunction", jit_name="Builtin:CallFunction")
     assert [KIND_NAMES[frame_kind(f, set())] for f in (python, stdlib, jit, builtin)] == [
         "Python code", "the runtime", "JIT-compiled code", "the runtime"]
+
+
+def test_merged_processes_keep_their_jit_frames_apart():
+    """Two processes' JIT code at the same address: each frame moves with its process's map."""
+    import numpy as np
+    from memhook.capture import Capture, merge
+    caps = []
+    for name in ("handlerA", "handlerB"):
+        cap = Capture(meta={"pid": len(caps) + 1}, modules=[],
+                      sites={k: np.array([0, 1], np.uint64) for k in (
+                          "alloc_count", "alloc_bytes", "free_count", "free_bytes",
+                          "outstanding_count", "outstanding_bytes", "op_mask",
+                          "uncertain_count", "uncertain_bytes")},
+                      stack_offsets=np.array([0, 0, 1], np.uint64),
+                      stack_frames=np.array([0x7f0000001010], np.uint64),
+                      jit_map={"entries": [[0x7f0000001000, 0x100, f"JS:*{name} /a.js:1:1"]]})
+        caps.append(cap)
+    m = merge(caps)
+    from memhook.symbolize import Symbolizer, stack_frames
+    sym = Symbolizer([]).use(m)
+    names = sorted(stack_frames(sym, m.frames(s))[0]["function"] for s in (1, 2))
+    assert names == ["handlerA", "handlerB"]
