@@ -108,11 +108,14 @@ def to_json(entries: list, name: str = "", cut: bool = False, whole: bool = Fals
 
 def from_json(value, into: PerfMap) -> None:
     try:
+        if not isinstance(value, dict):
+            raise ValueError
         for start, size, name in value["entries"]:
-            if not (isinstance(start, int) and isinstance(size, int) and isinstance(name, str)):
+            if not (isinstance(start, int) and isinstance(size, int) and isinstance(name, str)
+                    and 0 <= start < 1 << 64 and 0 <= size < 1 << 32):
                 raise ValueError
             into.entries.append([start, size, name])
-        into.name = value.get("path") or into.name
+        into.name = str(value.get("path") or into.name)
         into.cut = bool(value.get("cut")) or into.cut
     except (KeyError, TypeError, ValueError):
         raise ValueError("perf map block malformed") from None

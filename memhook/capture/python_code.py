@@ -75,9 +75,12 @@ def to_json(records: dict) -> dict:
 
 def from_json(value, into: dict) -> None:
     try:
+        if not isinstance(value, dict):
+            raise ValueError
         for n, name, file, firstlineno, minor, table, cut in value["records"]:
             if not (isinstance(n, int) and isinstance(name, str) and isinstance(file, str)
-                    and isinstance(firstlineno, int) and isinstance(minor, int)):
+                    and isinstance(firstlineno, int) and isinstance(minor, int)
+                    and isinstance(table, str) and 0 < n < 1 << 30):
                 raise ValueError
             into[n] = CodeObject(name, file, firstlineno, minor,
                                  base64.b64decode(table, validate=True), bool(cut))

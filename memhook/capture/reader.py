@@ -177,11 +177,12 @@ class _Assembly:
                 raise ValueError("live block columns do not match")
             self.cap.live = z
         elif kind == b"PMAP":
+            value = json.loads(payload)
             into = perf_map.PerfMap(**{k: v for k, v in self.cap.jit_map.items()
                                        if k in ("name", "entries", "cut")})
-            if json.loads(payload).get("whole"):  # (the map written again: this replaces it)
+            if isinstance(value, dict) and value.get("whole"):  # (written again: replaces it)
                 into.entries = []
-            perf_map.from_json(json.loads(payload), into)
+            perf_map.from_json(value, into)
             self.cap.jit_map = {"name": into.name, "entries": into.entries, "cut": into.cut}
         elif kind == b"PYCO":
             python_code.from_json(json.loads(payload), self.cap.python_code)

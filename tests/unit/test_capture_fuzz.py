@@ -87,7 +87,7 @@ def block(kind: bytes, payload: bytes) -> bytes:
 
 @FUZZ
 @given(st.sampled_from([b"META", b"MODS", b"STKS", b"AGGR", b"AGGD", b"TSER", b"EVTS", b"BEHV",
-                        b"LIVE"]),
+                        b"LIVE", b"PYCO", b"PMAP"]),
        st.binary(max_size=2048))
 def test_well_framed_garbage_blocks(tmp_path, kind, payload):
     """Checksums right, contents wrong: the block decoders must refuse, not crash."""
@@ -127,7 +127,9 @@ def test_json_blocks_of_any_shape(tmp_path, meta, modules):
     rest = VALID[capture.HEADER.size:]
     read_and_report(tmp_path, head + block(b"META", json.dumps(meta).encode())
                     + block(b"MODS", json.dumps(modules).encode()) + rest[:0]
-                    + block(b"META", json.dumps({"totals": meta}).encode()))
+                    + block(b"META", json.dumps({"totals": meta}).encode())
+                    + block(b"PYCO", json.dumps(meta).encode())
+                    + block(b"PMAP", json.dumps(modules).encode()))
 
 
 def test_format_spec_names_what_the_code_writes():
@@ -138,7 +140,7 @@ def test_format_spec_names_what_the_code_writes():
     spec = (Path(__file__).parents[2] / "docs" / "capture-format.md").read_text()
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+ ?)` \| (.*)$", spec, re.M)}
     assert set(rows) == {"META", "MODS", "STKS", "AGGR", "AGGD", "TSER", "EVTS", "BEHV", "LIVE",
-                         "SNAP", "PROC", "END "}
+                         "SNAP", "PROC", "PYCO", "PMAP", "END "}
     assert '`{"index": N}`' in rows["PROC"]
     sites = capture.SITE_COLUMNS + capture.UNCERTAIN_COLUMNS
     columns = {"AGGR": sites, "AGGD": ("id",) + sites,
