@@ -67,7 +67,9 @@ def test_lossless_drops_nothing_beside_hogs(tmp_path, targets):
     # (--unhook-after 60: starved this hard, memhook's heartbeat once looked older than the
     # default 5 s to the target, which then unhooked itself mid-burst, as it should: that is
     # test_target_goes_on_when_memhook_stops_and_dies_while_it_waits's case, not this one.)
-    report = burst_under_hogs(tmp_path, targets, "--lossless", "--unhook-after", "60")
+    # (--max-wait 60s, the most: one event waited over the default 10 s once, starved this hard.)
+    report = burst_under_hogs(tmp_path, targets, "--lossless", "--max-wait", "60s",
+                              "--unhook-after", "300")
     assert not report["abandoned"], report["end_reason"]
     t = report["totals"]
     assert t["dropped_events"] == 0, t
