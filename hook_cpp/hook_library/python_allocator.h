@@ -26,63 +26,50 @@ PyAllocator g_py_original[2];  // the MEM and OBJ domains' structs as memhook_pa
 bool g_py_hooked;              // the entries are in them (until detach or abandon)
 enum : int { kPyMem = 0, kPyObj = 1 };
 
-// The real functions of the rows (REAL(pyobject_malloc) ...): the original with its context.
-void* py_real_obj_malloc(size_t n) { return g_py_original[kPyObj].malloc(g_py_original[kPyObj].ctx, n); }
-void* py_real_obj_calloc(size_t c, size_t n) {
-  return g_py_original[kPyObj].calloc(g_py_original[kPyObj].ctx, c, n);
+// The real functions of the rows (REAL(pyobject_malloc) ...): domain D's original with its
+// context.
+template <int D>
+void* py_real_malloc(size_t n) { return g_py_original[D].malloc(g_py_original[D].ctx, n); }
+template <int D>
+void* py_real_calloc(size_t c, size_t n) {
+  return g_py_original[D].calloc(g_py_original[D].ctx, c, n);
 }
-void* py_real_obj_realloc(void* p, size_t n) {
-  return g_py_original[kPyObj].realloc(g_py_original[kPyObj].ctx, p, n);
+template <int D>
+void* py_real_realloc(void* p, size_t n) {
+  return g_py_original[D].realloc(g_py_original[D].ctx, p, n);
 }
-void py_real_obj_free(void* p) { g_py_original[kPyObj].free(g_py_original[kPyObj].ctx, p); }
-void* py_real_mem_malloc(size_t n) { return g_py_original[kPyMem].malloc(g_py_original[kPyMem].ctx, n); }
-void* py_real_mem_calloc(size_t c, size_t n) {
-  return g_py_original[kPyMem].calloc(g_py_original[kPyMem].ctx, c, n);
-}
-void* py_real_mem_realloc(void* p, size_t n) {
-  return g_py_original[kPyMem].realloc(g_py_original[kPyMem].ctx, p, n);
-}
-void py_real_mem_free(void* p) { g_py_original[kPyMem].free(g_py_original[kPyMem].ctx, p); }
+template <int D>
+void py_real_free(void* p) { g_py_original[D].free(g_py_original[D].ctx, p); }
 
 // The entries the structs point at: the context dropped, a tail call to the hook the session's
-// mode routes to (g_hook_fn), so that the hook's caller is the allocation's own.
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_obj_malloc(void*, size_t n) {
-  return ((void* (*)(size_t))g_hook_fn[ID_pyobject_malloc])(n);
+// mode routes to for row `Id` (g_hook_fn), so that the hook's caller is the allocation's own.
+template <int Id>
+__attribute__((optimize("omit-frame-pointer"))) void* py_entry_malloc(void*, size_t n) {
+  return ((void* (*)(size_t))g_hook_fn[Id])(n);
 }
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_obj_calloc(void*, size_t c,
-                                                                           size_t n) {
-  return ((void* (*)(size_t, size_t))g_hook_fn[ID_pyobject_calloc])(c, n);
+template <int Id>
+__attribute__((optimize("omit-frame-pointer"))) void* py_entry_calloc(void*, size_t c, size_t n) {
+  return ((void* (*)(size_t, size_t))g_hook_fn[Id])(c, n);
 }
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_obj_realloc(void*, void* p,
-                                                                            size_t n) {
-  return ((void* (*)(void*, size_t))g_hook_fn[ID_pyobject_realloc])(p, n);
+template <int Id>
+__attribute__((optimize("omit-frame-pointer"))) void* py_entry_realloc(void*, void* p, size_t n) {
+  return ((void* (*)(void*, size_t))g_hook_fn[Id])(p, n);
 }
-// A code object freed: its record stays, but its address may come back as another's
-// (code_records.h). Seen before any guard: a collection that a hooked allocation set off
-// frees objects inside it. (A code object is no collector's: `p` is the object itself.)
-__attribute__((optimize("omit-frame-pointer"))) void py_entry_obj_free(void*, void* p) {
-  if (p && g_python && *(const uint64_t*)((const uint8_t*)p + 8) == g_python->code_type)
+// Objects (Code): a code object freed keeps its record, but its address may come back as
+// another's (code_records.h). Seen before any guard: a collection that a hooked allocation set
+// off frees objects inside it. (A code object is no collector's: `p` is the object itself.)
+template <int Id, bool Code>
+__attribute__((optimize("omit-frame-pointer"))) void py_entry_free(void*, void* p) {
+  if (Code && p && g_python && *(const uint64_t*)((const uint8_t*)p + 8) == g_python->code_type)
     forget_code((uint64_t)p);
-  ((void (*)(void*))g_hook_fn[ID_pyobject_free])(p);
-}
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_mem_malloc(void*, size_t n) {
-  return ((void* (*)(size_t))g_hook_fn[ID_pymem_malloc])(n);
-}
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_mem_calloc(void*, size_t c,
-                                                                           size_t n) {
-  return ((void* (*)(size_t, size_t))g_hook_fn[ID_pymem_calloc])(c, n);
-}
-__attribute__((optimize("omit-frame-pointer"))) void* py_entry_mem_realloc(void*, void* p,
-                                                                            size_t n) {
-  return ((void* (*)(void*, size_t))g_hook_fn[ID_pymem_realloc])(p, n);
-}
-__attribute__((optimize("omit-frame-pointer"))) void py_entry_mem_free(void*, void* p) {
-  ((void (*)(void*))g_hook_fn[ID_pymem_free])(p);
+  ((void (*)(void*))g_hook_fn[Id])(p);
 }
 
 const PyAllocator kPyEntries[2] = {
-    {nullptr, py_entry_mem_malloc, py_entry_mem_calloc, py_entry_mem_realloc, py_entry_mem_free},
-    {nullptr, py_entry_obj_malloc, py_entry_obj_calloc, py_entry_obj_realloc, py_entry_obj_free}};
+    {nullptr, py_entry_malloc<ID_pymem_malloc>, py_entry_calloc<ID_pymem_calloc>,
+     py_entry_realloc<ID_pymem_realloc>, py_entry_free<ID_pymem_free, false>},
+    {nullptr, py_entry_malloc<ID_pyobject_malloc>, py_entry_calloc<ID_pyobject_calloc>,
+     py_entry_realloc<ID_pyobject_realloc>, py_entry_free<ID_pyobject_free, true>}};
 
 inline void store_pointer(void* at, const void* value) {
   __atomic_store_n((void**)at, (void*)value, __ATOMIC_RELEASE);
@@ -94,14 +81,14 @@ inline void store_pointer(void* at, const void* value) {
 void hook_python_allocators(Control* c) {
   const uint64_t at[2] = {c->python.mem_allocator, c->python.obj_allocator};
   if (!at[kPyMem] || !at[kPyObj]) return;
-  g_real[ID_pyobject_malloc] = (void*)py_real_obj_malloc;
-  g_real[ID_pyobject_calloc] = (void*)py_real_obj_calloc;
-  g_real[ID_pyobject_realloc] = (void*)py_real_obj_realloc;
-  g_real[ID_pyobject_free] = (void*)py_real_obj_free;
-  g_real[ID_pymem_malloc] = (void*)py_real_mem_malloc;
-  g_real[ID_pymem_calloc] = (void*)py_real_mem_calloc;
-  g_real[ID_pymem_realloc] = (void*)py_real_mem_realloc;
-  g_real[ID_pymem_free] = (void*)py_real_mem_free;
+  g_real[ID_pyobject_malloc] = (void*)py_real_malloc<kPyObj>;
+  g_real[ID_pyobject_calloc] = (void*)py_real_calloc<kPyObj>;
+  g_real[ID_pyobject_realloc] = (void*)py_real_realloc<kPyObj>;
+  g_real[ID_pyobject_free] = (void*)py_real_free<kPyObj>;
+  g_real[ID_pymem_malloc] = (void*)py_real_malloc<kPyMem>;
+  g_real[ID_pymem_calloc] = (void*)py_real_calloc<kPyMem>;
+  g_real[ID_pymem_realloc] = (void*)py_real_realloc<kPyMem>;
+  g_real[ID_pymem_free] = (void*)py_real_free<kPyMem>;
   for (int d = 0; d < 2; d++) {
     PyAllocator* s = (PyAllocator*)at[d];
     if (s->malloc != kPyEntries[d].malloc) g_py_original[d] = *s;

@@ -16,10 +16,6 @@ UNREADABLE = "[Python frames unreadable]"
 UNRECORDED = "[Python code not recorded]"
 
 
-def is_python(word: int) -> bool:
-    return bool(word & _native.PYTHON_FRAME)
-
-
 def split(addresses: list) -> tuple[list, list]:
     """(native return addresses, Python frame words), each innermost first."""
     for i, a in enumerate(addresses):
