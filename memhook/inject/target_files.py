@@ -82,7 +82,10 @@ def remove_stale(pid: int) -> None:
                 m = STALE.match(name)
                 if not m or os.path.exists(f"/proc/{m.group(1)}"):
                     continue
-                st = os.stat(name, dir_fd=d, follow_symlinks=False)
+                try:
+                    st = os.stat(name, dir_fd=d, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue    # another memhook's sweep removed it since the listing
                 if is_dir and stat.S_ISDIR(st.st_mode) and st.st_uid == 0:
                     with contextlib.suppress(OSError):
                         sub = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=d)
