@@ -47,6 +47,7 @@ class Options:
     max_pause_ms: float = 200.0  # the longest it may stop the target
     check_by: str = "fork"  # fork: read the target's copy; stop: read it stopped (check.py)
     python_frames: bool = True  # a Python process's stacks carry its Python frames
+    pymalloc: bool = True  # a Python process's objects are traced one by one, not as arenas
 
     @property
     def size_filter(self) -> bool:
@@ -247,6 +248,11 @@ class Session:
         if self.python is not None and self.python.layout is not None and not python_frames:
             self.python.layout = dict(self.python.layout, this_thread_state=0)  # (allocators)
             self.python.why = "not asked for (--no-python-frames)"
+        if self.python is not None and self.python.layout is not None and \
+                not self.options.pymalloc:
+            self.python.layout = dict(self.python.layout, mem_allocator=0, obj_allocator=0)
+            self.python.allocators_why = ("CPython's allocator not hooked (--no-pymalloc): "
+                                          "Python objects are seen as pymalloc's arenas only")
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)

@@ -3,8 +3,9 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
-#include <vector>
+#include <new>
 
 namespace memhook {
 
@@ -22,6 +23,9 @@ class LiveMap {
   };
 
   LiveMap() { resize(1 << 16); }
+  ~LiveMap() { unmap(table_); }
+  LiveMap(const LiveMap&) = delete;
+  LiveMap& operator=(const LiveMap&) = delete;
 
   Block* find(uint64_t key) {
     for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
@@ -31,9 +35,12 @@ class LiveMap {
   }
   const Block* find(uint64_t key) const { return const_cast<LiveMap*>(this)->find(key); }
 
+  // Start loading the entry `key` would be found at first (ring_reader.h: prefetch_ahead).
+  void prefetch(uint64_t key) const { __builtin_prefetch(&blocks_[hash(key) & mask_]); }
+
   // The entry for `key`, created empty (size 0, stack 0) if absent; `inserted` tells which.
   Block* insert(uint64_t key, bool* inserted) {
-    if ((count_ + 1) * 2 > blocks_.size()) resize(blocks_.size() * 2);
+    if ((count_ + 1) * 2 > mask_ + 1) resize((mask_ + 1) * 2);
     for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
       if (blocks_[i].key == key) {
         *inserted = false;
@@ -49,7 +56,7 @@ class LiveMap {
   }
 
   void erase(Block* b) {
-    size_t i = b - blocks_.data();
+    size_t i = b - blocks_;
     for (size_t j = (i + 1) & mask_; blocks_[j].key; j = (j + 1) & mask_) {
       size_t home = hash(blocks_[j].key) & mask_;
       // Entry j may move back to i unless its home lies cyclically in (i, j].
@@ -65,29 +72,61 @@ class LiveMap {
 
   size_t size() const { return count_; }
   // Every entry, empty ones (key 0) included.
-  const std::vector<Block>& entries() const { return blocks_; }
+  struct Entries {
+    const Block *b, *e;
+    const Block* begin() const { return b; }
+    const Block* end() const { return e; }
+  };
+  Entries entries() const { return {blocks_, blocks_ + mask_ + 1}; }
 
  private:
-  // Neighbouring blocks get neighbouring entries (allocators hand out runs of adjacent blocks,
-  // and their entries then share cache lines); each 1 MiB window of addresses starts at its own
-  // random offset, so windows at round distances (arenas, mmaps) do not pile up.
-  static size_t hash(uint64_t k) {
-    return (size_t)((k >> 4) ^ ((k >> 20) * 0x9E3779B97F4A7C15ull >> 24));
+  // Fibonacci hashing: every bit of the address moves the entry. Keeping neighbouring blocks
+  // in neighbouring entries (an earlier hash) saved nothing (an entry is most of a cache line)
+  // and cost everything under pymalloc: its pools are dense runs of equal blocks, whose entries
+  // merged into clusters thousands long that every absent key's probe and every erase crossed
+  // (benchmarks/python_frames.py: 80 % of the consumer's time).
+  size_t hash(uint64_t k) const { return (size_t)(((k >> 4) * 0x9E3779B97F4A7C15ull) >> shift_); }
+
+  // The table is mapped, not allocated: it comes zeroed (key 0: empty) without a pass over it,
+  // and in huge pages where the kernel has them, since every lookup lands somewhere random in
+  // it and would otherwise miss the TLB as well as the caches.
+  struct Table {
+    void* map = nullptr;
+    size_t len = 0;
+  };
+  static constexpr size_t kHuge = 2 << 20;
+  static Table map_table(size_t n, Block** blocks) {
+    Table t;
+    t.len = n * sizeof(Block) + kHuge;
+    t.map = mmap(nullptr, t.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t.map == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t start = ((uintptr_t)t.map + kHuge - 1) & ~(kHuge - 1);
+    madvise((void*)start, (uintptr_t)t.map + t.len - start, MADV_HUGEPAGE);  // a hint
+    *blocks = n * sizeof(Block) >= kHuge ? (Block*)start : (Block*)t.map;
+    return t;
+  }
+  static void unmap(const Table& t) {
+    if (t.map) munmap(t.map, t.len);
   }
 
   void resize(size_t n) {
-    std::vector<Block> old;
-    old.swap(blocks_);
-    blocks_.assign(n, Block{0, 0, 0, 0, 0, 0, 0, 0, 0});
+    Block* old = blocks_;
+    const size_t old_n = old ? mask_ + 1 : 0;
+    const Table old_table = table_;
+    table_ = map_table(n, &blocks_);
     mask_ = n - 1;
+    shift_ = 64 - __builtin_ctzll(n);
     count_ = 0;
     bool inserted;
-    for (const Block& b : old)
-      if (b.key) *insert(b.key, &inserted) = b;
+    for (size_t i = 0; i < old_n; i++)
+      if (old[i].key) *insert(old[i].key, &inserted) = old[i];
+    unmap(old_table);
   }
 
-  std::vector<Block> blocks_;
+  Block* blocks_ = nullptr;
+  Table table_;
   size_t mask_ = 0, count_ = 0;
+  int shift_ = 64;
 };
 
 }  // namespace memhook

@@ -169,6 +169,36 @@ class RingReader {
     return false;
   }
 
+  // Each event's live-map entry is a cache miss (the map is far larger than the caches, and a
+  // good hash scatters neighbours): the entries of the next kPrefetchRecords records are
+  // fetched while this one is applied, so that their misses overlap instead of following one
+  // another. Only a hint: a record that turns out not to be an event, or a map resized
+  // meanwhile, costs a wasted fetch.
+  static constexpr uint32_t kPrefetchRecords = 12;
+  void prefetch_ahead(const uint8_t* data, uint64_t cap, uint64_t limit, uint64_t rd,
+                      uint64_t* ahead, uint32_t* in_flight) const {
+    if (*ahead - rd > limit - rd) {  // behind (a padding record skipped past it)
+      *ahead = rd;
+      *in_flight = 0;
+    }
+    while (*in_flight < kPrefetchRecords && *ahead != limit) {
+      RecordAt r;
+      const Next next = next_record(data, cap, *ahead, limit - *ahead, &r);
+      if (next == Next::kMalformed) {
+        *ahead = limit;  // the loop will stop there; nothing more to fetch
+        return;
+      }
+      if (next == Next::kRecord) {
+        const uint8_t kind = r.h.kind;
+        if (kind == kAlloc || kind == kFree || kind == kRealloc)
+          aggregates_.live().prefetch(r.at[1] & kPtrMask);
+        if (kind == kRealloc) aggregates_.live().prefetch(r.at[3] & kPtrMask);
+      }
+      *ahead += r.bytes;
+      ++*in_flight;
+    }
+  }
+
   // Apply ring `index` in order until it is empty or waits (the final drain takes everything
   // published). Returns events applied.
   size_t apply_ring(uint32_t index, bool final, bool* any_blocked) {
@@ -202,10 +232,14 @@ class RingReader {
     rs.read = rd;
     const uint64_t from = rd;
     uint64_t published = rd;
+    uint64_t ahead = rd;  // records before it have had their live-map entries prefetched
+    uint32_t in_flight = 0;  // records between rd and ahead
     // Distances, not comparisons of cursors: a forged cursor near 2^64 would wrap past `limit`.
     while (rd != limit && limit - rd <= cap) {
+      prefetch_ahead(data, cap, limit, rd, &ahead, &in_flight);
       RecordAt rec;
       const Next next = next_record(data, cap, rd, w - rd, &rec);
+      in_flight -= in_flight != 0;
       if (next == Next::kPadding) {
         rd += rec.bytes;
         continue;

@@ -75,6 +75,8 @@ def add_tracing_arguments(p: Parser) -> None:
     # (in docs/usage.md and docs/python.md only: the help keeps to one screen)
     p.add_argument("--no-python-frames", dest="python_frames", action="store_false",
                    help=argparse.SUPPRESS)
+    p.add_argument("--no-pymalloc", dest="pymalloc", action="store_false",
+                   help=argparse.SUPPRESS)
     p.add_argument("--record-events", action="store_true",
                    help="keep every event in the capture (for lifetime analyses)")
     p.add_argument("--library-dir", metavar="DIR", default="",
@@ -150,7 +152,8 @@ def tracing_setup(a) -> tuple[Options, list]:
                    heap_census=a.heap_census, follow_forks=a.follow_fork,
                    max_wait_s=a.max_wait, lossless=a.lossless,
                    reachability=a.reachability, max_pause_ms=a.max_pause,
-                   check_by=a.check_by, python_frames=a.python_frames)
+                   check_by=a.check_by, python_frames=a.python_frames,
+                   pymalloc=a.pymalloc)
     try:
         opts.check()
         suppressions.check_arguments(a)  # (a bad file is said now, not after the session)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Memhook, Target, memhook_cmd, report_json
+from conftest import Memhook, Target, memhook_cmd, report_json, run_memhook
 
 PYTHON_TARGETS = Path(__file__).parent.parent / "targets" / "python"
 PYENV = Path("/root/.pyenv/versions")
@@ -349,3 +349,32 @@ def test_detach_puts_the_allocator_structs_back(targets, tmp_path, version):
     t.command("leak")  # (it goes on, through its own functions)
     t.command("churn")
     assert t.finish() == 0
+
+
+def test_no_pymalloc_leaves_the_allocator_alone_and_says_so(targets, tmp_path):
+    """--no-pymalloc (memray's default: objects seen as arenas only): the structs keep their
+    own functions through the session, no PyObject_Malloc event is recorded, and the text says
+    what was not traced rather than showing a Python program without objects."""
+    from memhook import elf
+    from memhook.inject import python_interpreter
+    from memhook.procfs import Memory
+    t = service(targets, INTERPRETERS["3.12"], tmp_path)
+    layout = elf.scan(t.pid, os.path.realpath(f"/proc/{t.pid}/exe"))
+    found = python_interpreter.find(t.pid, layout.objects)
+    structs = [found.layout["mem_allocator"], found.layout["obj_allocator"]]
+
+    def words():
+        with Memory(t.pid) as mem:
+            return [mem.read(at, 40) for at in structs]
+    before = words()
+    mh = Memhook(t.pid, tmp_path, "--no-pymalloc")
+    t.command("leak")
+    assert words() == before
+    rep = mh.stop()
+    assert t.finish() == 0
+    assert rep["python"]["frames"] and not rep["python"]["allocators"]
+    assert "--no-pymalloc" in rep["python"]["allocators_why"]
+    assert not [s for s in rep["sites"] if {"PyObject_Malloc", "PyMem_Malloc"} & set(s["operations"])]
+    text = run_memhook("report", mh.capture).stdout
+    assert "CPython's allocator not hooked (--no-pymalloc): Python objects are seen as " \
+        "pymalloc's arenas only" in text

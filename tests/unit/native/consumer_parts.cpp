@@ -55,7 +55,9 @@ static void live_map() {
   std::map<uint64_t, uint64_t> truth;
   std::mt19937_64 rng(2);
   for (int i = 0; i < 300000; i++) {  // past the first growth (64 Ki entries)
-    const uint64_t key = 16 + (rng() % 200000) * 16;
+    // Scattered keys, and dense runs as pymalloc's pools hand out (adjacent 16-byte blocks).
+    const uint64_t key = i & 1 ? 16 + (rng() % 200000) * 16
+                               : (uint64_t(1 + rng() % 64) << 20) + (rng() % 4096) * 16;
     bool inserted;
     if (rng() % 3) {
       LiveMap::Block* b = m.insert(key, &inserted);
