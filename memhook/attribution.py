@@ -206,10 +206,15 @@ def attributed(frames: list, rules: Rules = DEFAULT) -> int:
     the first of them in the program's own code (not Python's library, nor the runtime by the
     function globs), or else to the first of them; one with JIT-compiled frames, to the first
     of them in the program's own code."""
-    python = [i for i, f in enumerate(frames) if f.get("kind") == "python" and not is_marker(f)]
-    if python:
-        return next((i for i in python if not is_python_library(frames[i])
-                     and not rules.is_runtime(frames[i])), python[0])
+    first_python = None
+    for i, f in enumerate(frames):
+        if f.get("kind") == "python" and not is_marker(f):
+            if not is_python_library(f) and not rules.is_runtime(f):
+                return i
+            if first_python is None:
+                first_python = i
+    if first_python is not None:
+        return first_python
     # A JIT runtime's stack: its first compiled frame of the program's own code.
     own = next((i for i, f in enumerate(frames) if f.get("kind") == "jit" and not is_marker(f)
                 and not is_jit_runtime(f) and not rules.is_runtime(f)), None)

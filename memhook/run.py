@@ -515,7 +515,7 @@ def run(a, opts, stop: dict, pushers: list) -> int:
     text, leaked = final_report(cap, a, r.symbols)
     if getattr(a, "report_file", None):
         with private_file.create(a.report_file) as f:
-            f.write((text + "\n").encode())
+            private_file.write_all(f, (text + "\n").encode())
         print(f"memhook: report written to {a.report_file}", flush=True)
     else:
         print(text, flush=True)

@@ -145,11 +145,10 @@ def renumber_python_frames(frames: np.ndarray, records: dict, merged: dict) -> N
     if not python.any():
         return
     numbers = (frames[python] >> np.uint64(CODE_SHIFT)) & np.uint64(CODE_MASK)
-    new = np.zeros(len(numbers), np.uint64)
-    for n in np.unique(numbers).tolist():
-        c = records.get(n)
-        if c is not None:
-            new[numbers == n] = merged.setdefault(c, len(merged) + 1)
+    unique, where = np.unique(numbers, return_inverse=True)
+    renumbered = np.array([merged.setdefault(records[n], len(merged) + 1) if n in records else 0
+                           for n in unique.tolist()], np.uint64)
+    new = renumbered[where]
     frames[python] = (frames[python] & ~np.uint64(CODE_MASK << CODE_SHIFT)) | (
         new << np.uint64(CODE_SHIFT))
 

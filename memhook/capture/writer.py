@@ -26,7 +26,7 @@ class Writer:
 
     def block(self, kind: bytes, payload: bytes) -> None:
         data = zlib.compress(payload, 6)
-        self._f.write(BLOCK.pack(kind, zlib.crc32(data), len(data)) + data)
+        private_file.write_all(self._f, BLOCK.pack(kind, zlib.crc32(data), len(data)) + data)
         self._f.flush()
         self.bytes += BLOCK.size + len(data)
 

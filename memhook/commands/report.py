@@ -68,11 +68,11 @@ def emit(text, path: str | None) -> None:
     data = text if isinstance(text, bytes) else (text + "\n").encode()
     if path:
         with private_file.create(path) as f:
-            f.write(data)
+            private_file.write_all(f, data)
     elif isinstance(text, bytes) and sys.stdout.isatty():
         raise UsageError("pprof and otlp output is binary: write it with -o FILE")
     else:
-        sys.stdout.buffer.write(data)
+        private_file.write_all(sys.stdout.buffer, data)
         sys.stdout.flush()
 
 
@@ -137,7 +137,7 @@ def run_report(argv: list[str]) -> int:
             d["other"]["snapshot"] = a.snapshot if base is not cap else None
         if a.top:
             d["sites"] = d["sites"][:a.top]
-        emit(json.dumps(d, indent=1) if a.format == "json"
+        emit(json.dumps(d, separators=(",", ":")) if a.format == "json"
              else render_diff_text(d, top=a.top or 10, full_names=a.full_names), a.output)
         return EXIT_OK
     figures = None

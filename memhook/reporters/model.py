@@ -178,7 +178,7 @@ def build(cap: Capture, symbolizer: Symbolizer, filters: Filters | None = None) 
     filters = filters or Filters()
     symbolizer.use(cap)
     candidates = _candidate_stacks(cap, filters)
-    symbolizer.prepare(x for i in candidates for x in cap.frames(int(i)))
+    symbolizer.prepare(np.concatenate([cap.frames(int(i)) for i in candidates] or [[]]))
     sites = []
     progress = Progress("symbolizing call stacks", len(candidates))
     # Each column as a list once (an int() of a numpy element per key and stack: 10,000 stacks
@@ -329,8 +329,10 @@ def attribute(report: dict, rules: attribution.Rules) -> None:
 
 
 def render(cap: Capture, report: dict, symbolizer: Symbolizer, **_) -> str:
-    """The JSON report."""
-    return json.dumps(report, indent=1)
+    """The JSON report: one line, for jq and programs. (Indented, the encoder is Python's own,
+    not C's: a 90,000-stack report of a gunicorn master took 2 minutes and 17 GB; one line,
+    a few seconds.)"""
+    return json.dumps(report, separators=(",", ":"))
 
 
 def process_rows(cap: Capture, symbolizer: Symbolizer, filters: Filters) -> tuple[list, list]:

@@ -681,6 +681,7 @@ class Symbolizer:
         self.use_jit_entries(cap.jit_map.get("entries") or [])
         self.derived = {path: ([int(r[0]) for r in ranges], ranges) for path, _, ranges in
                         (cap.meta.get("unwind") or {}).get("derived") or [] if ranges}
+        self._native_stacks = {}  # (marked by the derived rows in use)
         return self
 
     def use_jit_entries(self, entries: list) -> None:
@@ -693,6 +694,7 @@ class Symbolizer:
         """Frames of addresses in no module, named before the perf map had them."""
         self._dicts = {a: d for a, d in self._dicts.items() if self._module_of(a)}
         self._cache = {a: f for a, f in self._cache.items() if self._module_of(a)}
+        self._evals, self._native_stacks = {}, {}
 
     def _jit_entry(self, address: int):
         if not self.jit_entries:
@@ -709,6 +711,9 @@ class Symbolizer:
         self._los = [m["lo"] for m in self.modules]
         self._cache: dict = {}
         self._dicts: dict = {}
+        self._evals: dict = {}
+        self._native_stacks: dict = {}
+        self._python_for, self._python_dicts = None, {}
 
     def _module_symbols(self, module: dict):
         key = (module["path"], module.get("build_id"))
@@ -741,7 +746,12 @@ class Symbolizer:
         if self.line_tool is None and not self.native_lines:
             return
         by_module: dict = {}  # id(module) -> (module, its addresses not looked up yet)
-        for a in set(int(x) for x in addresses) - self._dicts.keys():
+        if isinstance(addresses, np.ndarray):  # (a report's stacks at once: 5 M frames)
+            unique = np.unique(addresses.astype(np.uint64, copy=False))
+            unique = set(unique[(unique >> np.uint64(63)) == 0].tolist())  # (no Python words)
+        else:
+            unique = set(int(x) for x in addresses)
+        for a in unique - self._dicts.keys():
             m = self._module_of(a)
             if m is not None and a not in CUT_MARKERS:
                 by_module.setdefault(id(m), (m, []))[1].append(a)
@@ -823,6 +833,38 @@ class Symbolizer:
             self._dicts[address] = got
         return got
 
+    def native_frames(self, native: list) -> tuple[list, list]:
+        """A stack's native frames' dicts, and where the evaluator's are among them: made once
+        per native stack (a Python program's many stacks share few: they differ in their
+        Python frames). The list is the caller's; the dicts are shared."""
+        key = tuple(native)
+        got = self._native_stacks.get(key)
+        if got is None:
+            out: list = []
+            calls: list = []
+            for x in native:
+                dicts = self.frame_dicts(x)
+                calls += [len(out) + k for k in self.eval_frames(x, dicts)]
+                out += dicts
+            if self.derived:
+                mark_derived(out, self.derived)
+            got = self._native_stacks[key] = (out, calls)
+        return list(got[0]), got[1]
+
+    def eval_frames(self, address: int, dicts: list) -> tuple:
+        """Which of the frames at a return address are CPython's evaluator (made once)."""
+        got = self._evals.get(address)
+        if got is None:
+            got = self._evals[address] = tuple(k for k, d in enumerate(dicts)
+                                               if python_frames.is_eval(d))
+        return got
+
+    def python_dicts(self) -> dict:
+        """The Python frames named so far, by word, for the code records in use."""
+        if self._python_for is not self.python_code:
+            self._python_for, self._python_dicts = self.python_code, {}
+        return self._python_dicts
+
     def frame(self, address: int) -> Frame:
         """The outermost frame at an address (the function the return address is in)."""
         return self.frames(address)[-1]
@@ -851,14 +893,11 @@ def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     addresses = [int(x) for x in addresses] if not hasattr(addresses, "tolist") \
         else addresses.tolist()
     native, words = python_frames.split(addresses)
-    out: list = []
-    for x in native:
-        out += symbolizer.frame_dicts(x)
-    if symbolizer.derived:
-        mark_derived(out, symbolizer.derived)
+    out, calls = symbolizer.native_frames(native)
     if words:
         out = python_frames.interleave(out, words, symbolizer.python_code,
-                                       native_cut=len(native) >= symbolizer.depth)
+                                       native_cut=len(native) >= symbolizer.depth,
+                                       calls=calls, cache=symbolizer.python_dicts())
     return without_root_marker(out) if _native.FRAME_NO_UNWIND_INFO in addresses else out
 
 

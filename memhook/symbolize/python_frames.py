@@ -60,10 +60,29 @@ def is_eval(d: dict) -> bool:
     return fn == EVAL or fn.startswith(EVAL + ".")
 
 
-def interleave(native: list, words: list, code: dict, native_cut: bool) -> list:
+def named(words: list, code: dict, cache: dict) -> list:
+    """The frames of Python frame words, each made once per word (`cache`; shared, as native
+    frames' dicts are: reports only read them). A word whose code record has not come yet (a
+    live session reads them as it goes) is named again next time."""
+    out = []
+    for w in words:
+        d = cache.get(w)
+        if d is None:
+            d = frame_dict(w, code)
+            if d["function"] != UNRECORDED:
+                cache[w] = d
+        out.append(d)
+    return out
+
+
+def interleave(native: list, words: list, code: dict, native_cut: bool,
+               calls: list | None = None, cache: dict | None = None) -> list:
     """`native`: the native frames' dicts, innermost first; `words`: the Python frame words;
-    `native_cut`: the native walk stopped at its depth (outer calls of the evaluator missing)."""
-    calls = [i for i, d in enumerate(native) if is_eval(d)]
+    `native_cut`: the native walk stopped at its depth (outer calls of the evaluator missing);
+    `calls`: where in `native` the evaluator's frames are, if known."""
+    if calls is None:
+        calls = [i for i, d in enumerate(native) if is_eval(d)]
+    cache = {} if cache is None else cache
     groups = runs(words)
     python_cut = len(words) >= _native.PYTHON_DEPTH
     if not (len(calls) == len(groups) or (native_cut and len(calls) < len(groups))
@@ -72,13 +91,13 @@ def interleave(native: list, words: list, code: dict, native_cut: bool) -> list:
                 "function": f"[Python frames: {len(groups)} calls of {EVAL} read, "
                             f"{len(calls)} in the native stack]",
                 "file": None, "line": None, "kind": KIND}
-        return native + [note] + [frame_dict(w, code) for w in words]
+        return native + [note] + named(words, code, cache)
     out, last = [], 0
     for i, group in zip(calls, groups):
         out += native[last:i]
-        out += [frame_dict(w, code) for w in group]
+        out += named(group, code, cache)
         last = i + 1
     out += native[last:]
     for group in groups[len(calls):]:  # beyond the native walk's depth
-        out += [frame_dict(w, code) for w in group]
+        out += named(group, code, cache)
     return out

@@ -4,31 +4,36 @@ co_lnotab (3.8, 3.9), co_linetable's pairs (3.10), the location table (3.11 on,
 CPython's Objects/locations.md). None where the table gives no line."""
 from __future__ import annotations
 
+import bisect
+import functools
 
-def _lnotab(table: bytes, first: int, offset: int) -> int | None:
-    """3.8, 3.9: (address increment, signed line increment) byte pairs."""
-    line, addr = first, 0
+
+def _lnotab(table: bytes, first: int) -> tuple[list, list]:
+    """3.8, 3.9: (address increment, signed line increment) byte pairs; an instruction's line
+    is the first line plus the increments of every pair whose address it has reached."""
+    line, addr, starts, lines = first, 0, [0], [first]
     for i in range(0, len(table) - 1, 2):
         addr += table[i]
-        if addr > offset:
-            break
         d = table[i + 1]
         line += d - 256 if d >= 128 else d
-    return line
+        starts.append(addr)
+        lines.append(line)
+    return starts, lines
 
 
-def _pairs_3_10(table: bytes, first: int, offset: int) -> int | None:
+def _pairs_3_10(table: bytes, first: int) -> tuple[list, list]:
     """3.10: (byte delta of the range's end, signed line delta; -128: no line) pairs, each
     a range of instructions."""
-    line, end = first, 0
+    line, end, ends, lines = first, 0, [], []
     for i in range(0, len(table) - 1, 2):
-        start, end = end, end + table[i]
+        end += table[i]
         d = table[i + 1]
         if d != 128:
             line += d - 256 if d > 128 else d
-        if start <= offset < end:
-            return None if d == 128 else line
-    return None
+        if table[i]:  # (an empty range holds no instruction, but its delta counts)
+            ends.append(end)
+            lines.append(None if d == 128 else line)
+    return ends, lines
 
 
 def _varint(table: bytes, i: int) -> tuple[int, int]:
@@ -47,10 +52,11 @@ def _svarint(table: bytes, i: int) -> tuple[int, int]:
     return (-(v >> 1) if v & 1 else v >> 1), i
 
 
-def _locations(table: bytes, first: int, offset: int) -> int | None:
+def _locations(table: bytes, first: int) -> tuple[list, list]:
     """3.11 on: entries of 1 to 8 code units, each its first byte (1, code (4 bits),
-    units - 1 (3 bits)) and the code's data."""
-    line, addr, i = first, 0, 0
+    units - 1 (3 bits)) and the code's data. A table cut short gives the entries before the
+    cut."""
+    line, addr, i, ends, lines = first, 0, 0, [], []
     try:
         while i < len(table):
             head = table[i]
@@ -72,19 +78,27 @@ def _locations(table: bytes, first: int, offset: int) -> int | None:
                 i += 2
             else:  # short form: the same line, one column byte
                 i += 1
-            end = addr + 2 * units
-            if addr <= offset < end:
-                return line if known else None
-            addr = end
+            addr += 2 * units
+            ends.append(addr)
+            lines.append(line if known else None)
     except IndexError:
-        return None
-    return None
+        pass
+    return ends, lines
+
+
+# A report looks up many offsets of few code objects: each table is decoded once, into the
+# ends of its ranges (sorted) and their lines. (bytes cache their hash: the key is cheap.)
+@functools.lru_cache(maxsize=8192)
+def _decoded(minor: int, table: bytes, first: int) -> tuple[bool, list, list]:
+    if minor <= 9:
+        return (True, *_lnotab(table, first))
+    return (False, *(_pairs_3_10 if minor == 10 else _locations)(table, first))
 
 
 def line_at(minor: int, table: bytes, first: int, offset: int) -> int | None:
     """The line of the instruction at byte `offset` of a code object of CPython 3.minor."""
-    if minor <= 9:
-        return _lnotab(table, first, offset)
-    if minor == 10:
-        return _pairs_3_10(table, first, offset)
-    return _locations(table, first, offset)
+    by_start, bounds, lines = _decoded(minor, table, first)
+    if by_start:  # (co_lnotab: the last increment the offset has reached)
+        return lines[bisect.bisect_right(bounds, offset) - 1] if offset >= 0 else first
+    i = bisect.bisect_right(bounds, offset)  # the first range ending after it
+    return lines[i] if offset >= 0 and i < len(lines) else None
