@@ -47,6 +47,10 @@ if [ "${1:-}" = --tests ]; then
   # Debian's debug build of Python (refused in one line) and Node.js (its perf map).
   [ -x /usr/bin/python3.11d ] || missing+=(python3.11-dbg)
   command -v node >/dev/null || missing+=(nodejs)
+  # For the native unit tier on AArch64 (tests/unit/test_native.py): cross-built, run under
+  # qemu-user (issue 46; the emulated machine is scripts/arm64.sh's).
+  command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
+  command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
 fi
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)

@@ -1,12 +1,16 @@
 // The consumer's parts on their own, without a segment or a target: the stack table, the live
-// map and event timing. Built and run by tests/unit/test_native.py; prints one line per failed
+// map, event timing, and the processor's folder (arch.h) as the consumer uses it. Built for the
+// host, and for AArch64 run under qemu-user. Built and run by tests/unit/test_native.py; prints one line per failed
 // check and "checks N failed M" at the end.
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 #include <map>
 #include <random>
 #include <vector>
 
+#include "arch.h"
 #include "event_times.h"
 #include "live_map.h"
 #include "stack_table.h"
@@ -172,7 +176,42 @@ static void event_times() {
   CHECK(busy.peak_rate == 0 && busy.npaces == 0);
 }
 
+// arch.h: the folder is this processor's (its e_machine is this program's own), the cycle
+// counter moves forward and with time, the countdown and the slot relocations answer as the
+// hooks rely on.
+static void arch_parts() {
+  FILE* f = fopen("/proc/self/exe", "rb");
+  unsigned char ehdr[20] = {};
+  CHECK(f && fread(ehdr, 1, sizeof ehdr, f) == sizeof ehdr);
+  if (f) fclose(f);
+  CHECK(ehdr[18] + 256 * ehdr[19] == arch::kElfMachine);
+  uint64_t prev = arch::cycles();
+  bool forward = true;
+  for (int i = 0; i < 10000; i++) {
+    const uint64_t t = i & 1 ? arch::cycles() : arch::cycles_ordered();
+    forward &= t >= prev;
+    prev = t;
+  }
+  CHECK(forward);
+  const uint64_t before = arch::cycles_ordered();
+  const timespec pause{0, 5000000};
+  nanosleep(&pause, nullptr);
+  CHECK(arch::cycles_ordered() > before);  // (advances while the thread sleeps)
+  int64_t left = 100;
+  CHECK(arch::count_down(left, 60) && left == 40);
+  CHECK(!arch::count_down(left, 40) && left == 0);
+  CHECK(!arch::count_down(left, 1) && left == -1);
+  for (const arch::SlotRelocation& r : arch::kSlotRelocations) {
+    CHECK(arch::slot_relocation(r.type, 0));
+    CHECK(arch::slot_relocation(r.type, 8) == !r.zero_addend);
+  }
+  CHECK(!arch::slot_relocation(0, 0));  // (R_*_NONE)
+  bool avx512 = true;
+  CHECK(arch::cpu_supported(&avx512));
+}
+
 int main() {
+  arch_parts();
   stack_table();
   live_map();
   event_times();

@@ -1,0 +1,98 @@
+// What the C++ code needs of an AArch64 processor: the same names as arch/x86_64/arch.h (issue 46).
+//
+// Not yet whole: this folder has what the consumer's parts need (the clock, the countdown, the
+// relocations, the DWARF and ucontext numbers), which the native unit tier builds and runs under
+// qemu-user. Still missing before the hook library builds here: malloc_entry.S and
+// asm_offsets.cpp, the PLT stub rows, and three seams x86-64 did not need: the thread pointer
+// (TPIDR_EL0, read with PTRACE_GETREGSET NT_ARM_TLS, not among the general registers:
+// reachability/dynamic_tls.h), a system call's number and result in different registers (x8,
+// x0) and its restart without orig_x0 in user_pt_regs (reachability/forked_image.h).
+#pragma once
+#include <elf.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucontext.h>
+
+namespace memhook {
+namespace arch {
+
+constexpr int kElfMachine = EM_AARCH64;  // the e_machine of the objects this build handles
+constexpr const char* kName = "aarch64";
+
+// The generic timer's virtual count (CNTVCT_EL0), readable from user space on Linux; constant
+// rate (CNTFRQ_EL0), so memhook's calibration against CLOCK_MONOTONIC holds as for an invariant
+// TSC.
+inline uint64_t cycles() {
+  uint64_t t;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(t));
+  return t;
+}
+
+// The same counter read where no earlier or later instruction may pass it (the consumer's
+// anchors, which must not be read ahead of the write cursor they date): the counter read is not
+// ordered by the memory model, so an instruction barrier on each side.
+inline uint64_t cycles_ordered() {
+  uint64_t t;
+  asm volatile("isb\n\tmrs %0, cntvct_el0\n\tisb" : "=r"(t) : : "memory");
+  return t;
+}
+
+// Sampling's countdown: subtract `size` from `left`; true while bytes remain (the same as the
+// subtraction's result > 0 for any countdown and size below 2^62). No read-modify-write
+// instruction on memory here: the compiler's load, subtract and compare.
+inline bool count_down(int64_t& left, uint64_t size) {
+  left -= int64_t(size);
+  return left > 0;
+}
+
+// Nothing beyond the base architecture is needed; there is no AVX-512 comparison here.
+inline bool cpu_supported(bool* avx512) {
+  *avx512 = false;
+  return true;
+}
+
+// No XSAVE area: a debugger writes the FP/SIMD registers with NT_PRFPREG, a fixed size.
+inline uint32_t xsave_bytes() { return 0; }
+
+// ucontext_t (a signal frame): the interrupted frame pointer (x29), stack pointer and program
+// counter in uc_mcontext (struct sigcontext: fault_address, regs[31], sp, pc).
+constexpr uint64_t kUcFramePointer = 184 + 8 * 29, kUcStackPointer = 184 + 8 * 31,
+                   kUcProgramCounter = 184 + 8 * 32;
+#if defined(__aarch64__)  // (checked where the headers are AArch64's: a cross build, the guest)
+static_assert(offsetof(ucontext_t, uc_mcontext.regs[29]) == kUcFramePointer);
+static_assert(offsetof(ucontext_t, uc_mcontext.sp) == kUcStackPointer);
+static_assert(offsetof(ucontext_t, uc_mcontext.pc) == kUcProgramCounter);
+#endif
+
+// A thread's general registers as PTRACE_GETREGSET (NT_PRSTATUS) gives them (user_pt_regs:
+// x0-x30, sp, pc, pstate). No red zone in the AAPCS64: nothing below sp is live.
+constexpr int kRegsStackPointer = 31;
+constexpr int kRegsProgramCounter = 32;
+constexpr uint64_t kStackRedZone = 0;
+
+// The bits of a word that can be an address: Linux lets user pointers carry a tag in their top
+// byte (Top Byte Ignore: MTE, HWASan), which the hardware ignores and a comparison must too.
+constexpr uint64_t kPointerBits = (uint64_t(1) << 56) - 1;
+
+// The relocations that store a function's address in a slot memhook patches: JUMP_SLOT,
+// GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data).
+struct SlotRelocation {
+  uint32_t type;
+  const char* name;
+  bool zero_addend;  // only with addend 0
+};
+constexpr SlotRelocation kSlotRelocations[] = {{R_AARCH64_JUMP_SLOT, "JUMP_SLOT", false},
+                                               {R_AARCH64_GLOB_DAT, "GLOB_DAT", false},
+                                               {R_AARCH64_ABS64, "R_AARCH64_ABS64", true}};
+inline bool slot_relocation(uint32_t type, int64_t addend) {
+  for (const SlotRelocation& r : kSlotRelocations)
+    if (type == r.type) return !r.zero_addend || addend == 0;
+  return false;
+}
+
+// DWARF register numbers (the AArch64 DWARF ABI): x29 (the frame pointer), sp, and the return
+// address column, x30 (the link register).
+constexpr int kDwarfFramePointer = 29, kDwarfStackPointer = 31, kDwarfReturnAddress = 30;
+
+}  // namespace arch
+}  // namespace memhook
