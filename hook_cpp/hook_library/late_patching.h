@@ -84,7 +84,7 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
     for (size_t i = 0; tables[k] && i < counts[k]; i++) {
       const ElfW(Rela)& r = tables[k][i];
       uint32_t type = ELF64_R_TYPE(r.r_info);
-      if (!arch::slot_relocation(type, r.r_addend)) continue;
+      if (!arch::slot_relocation(arch::kSlotRelocations, type, r.r_addend)) continue;
       const ElfW(Sym)& s = symtab[ELF64_R_SYM(r.r_info)];
       int id = hook_id_of(strtab + s.st_name);
       if (!id) continue;

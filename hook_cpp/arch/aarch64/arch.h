@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <ucontext.h>
 
+#include "slot_relocations.h"
+
 namespace memhook {
 namespace arch {
 
@@ -76,19 +78,9 @@ constexpr uint64_t kPointerBits = (uint64_t(1) << 56) - 1;
 
 // The relocations that store a function's address in a slot memhook patches: JUMP_SLOT,
 // GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data).
-struct SlotRelocation {
-  uint32_t type;
-  const char* name;
-  bool zero_addend;  // only with addend 0
-};
 constexpr SlotRelocation kSlotRelocations[] = {{R_AARCH64_JUMP_SLOT, "JUMP_SLOT", false},
                                                {R_AARCH64_GLOB_DAT, "GLOB_DAT", false},
                                                {R_AARCH64_ABS64, "R_AARCH64_ABS64", true}};
-inline bool slot_relocation(uint32_t type, int64_t addend) {
-  for (const SlotRelocation& r : kSlotRelocations)
-    if (type == r.type) return !r.zero_addend || addend == 0;
-  return false;
-}
 
 // DWARF register numbers (the AArch64 DWARF ABI): x29 (the frame pointer), sp, and the return
 // address column, x30 (the link register).

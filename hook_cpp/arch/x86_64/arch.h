@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <x86intrin.h>
 
+#include "slot_relocations.h"
+
 namespace memhook {
 namespace arch {
 
@@ -97,19 +99,9 @@ constexpr uint64_t kPointerBits = ~uint64_t(0);
 // GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data). The one
 // list: the hook library's late patching reads it here, memhook's scan through the consumer
 // module (memhook/arch.py).
-struct SlotRelocation {
-  uint32_t type;
-  const char* name;
-  bool zero_addend;  // only with addend 0
-};
 constexpr SlotRelocation kSlotRelocations[] = {{R_X86_64_JUMP_SLOT, "JUMP_SLOT", false},
                                                {R_X86_64_GLOB_DAT, "GLOB_DAT", false},
                                                {R_X86_64_64, "R_X86_64_64", true}};
-inline bool slot_relocation(uint32_t type, int64_t addend) {
-  for (const SlotRelocation& r : kSlotRelocations)
-    if (type == r.type) return !r.zero_addend || addend == 0;
-  return false;
-}
 
 // DWARF register numbers (the psABI's): rbp, rsp, and the return address column.
 constexpr int kDwarfFramePointer = 6, kDwarfStackPointer = 7, kDwarfReturnAddress = 16;

@@ -202,10 +202,10 @@ static void arch_parts() {
   CHECK(!arch::count_down(left, 40) && left == 0);
   CHECK(!arch::count_down(left, 1) && left == -1);
   for (const arch::SlotRelocation& r : arch::kSlotRelocations) {
-    CHECK(arch::slot_relocation(r.type, 0));
-    CHECK(arch::slot_relocation(r.type, 8) == !r.zero_addend);
+    CHECK(arch::slot_relocation(arch::kSlotRelocations, r.type, 0));
+    CHECK(arch::slot_relocation(arch::kSlotRelocations, r.type, 8) == !r.zero_addend);
   }
-  CHECK(!arch::slot_relocation(0, 0));  // (R_*_NONE)
+  CHECK(!arch::slot_relocation(arch::kSlotRelocations, 0, 0));  // (R_*_NONE)
   bool avx512 = true;
   CHECK(arch::cpu_supported(&avx512));
 }
