@@ -122,8 +122,10 @@ def main():
                   f"{spread(per, ' ns', 0):>22}  {statistics.median(allocs):.0f} allocs, "
                   f"dropped {spread(drops['native'], '%', 0)} / {spread(drops['python'], '%', 0)}"
                   + (f"  lossless {spread(ratio['lossless'], 'x')}" if a.lossless else "")
-                  + (f"  arenas {spread(ratio['arenas'], 'x')}  memray {spread(ratio['memray'], 'x')}  memray+py "
-                     f"{spread(ratio['memray+py'], 'x')}" if a.memray else ""), flush=True)
+                  + (f"  arenas {spread(ratio['arenas'], 'x')}"
+                     f"  memray {spread(ratio['memray'], 'x')}"
+                     f"  memray+py {spread(ratio['memray+py'], 'x')}" if a.memray else ""),
+                  flush=True)
 
 
 if __name__ == "__main__":

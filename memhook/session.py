@@ -245,14 +245,14 @@ class Session:
         self.python = python_interpreter.find(self.pid, layout.objects)
         python_frames = self.python is not None and self.python.layout is not None and \
             self.options.python_frames
-        if self.python is not None and self.python.layout is not None and not python_frames:
-            self.python.layout = dict(self.python.layout, this_thread_state=0)  # (allocators)
-            self.python.why = "not asked for (--no-python-frames)"
-        if self.python is not None and self.python.layout is not None and \
-                not self.options.pymalloc:
-            self.python.layout = dict(self.python.layout, mem_allocator=0, obj_allocator=0)
-            self.python.allocators_why = ("CPython's allocator not hooked (--no-pymalloc): "
-                                          "Python objects are seen as pymalloc's arenas only")
+        if self.python is not None and self.python.layout is not None:
+            if not self.options.python_frames:
+                self.python.layout = dict(self.python.layout, this_thread_state=0)  # (allocators)
+                self.python.why = "not asked for (--no-python-frames)"
+            if not self.options.pymalloc:
+                self.python.layout = dict(self.python.layout, mem_allocator=0, obj_allocator=0)
+                self.python.allocators_why = ("CPython's allocator not hooked (--no-pymalloc): "
+                                              "Python objects are seen as pymalloc's arenas only")
         # Unwind rows for every mapped object, while the target runs (cached by build-id).
         self.modules = elf.modules(self.pid)
         module_files.keep(self.modules.values(), self.kept_files)

@@ -694,7 +694,7 @@ class Symbolizer:
         """Frames of addresses in no module, named before the perf map had them."""
         self._dicts = {a: d for a, d in self._dicts.items() if self._module_of(a)}
         self._cache = {a: f for a, f in self._cache.items() if self._module_of(a)}
-        self._evals, self._native_stacks = {}, {}
+        self._native_stacks = {}
 
     def _jit_entry(self, address: int):
         if not self.jit_entries:
@@ -711,7 +711,6 @@ class Symbolizer:
         self._los = [m["lo"] for m in self.modules]
         self._cache: dict = {}
         self._dicts: dict = {}
-        self._evals: dict = {}
         self._native_stacks: dict = {}
         self._python_for, self._python_dicts = None, {}
 
@@ -841,23 +840,13 @@ class Symbolizer:
         got = self._native_stacks.get(key)
         if got is None:
             out: list = []
-            calls: list = []
             for x in native:
-                dicts = self.frame_dicts(x)
-                calls += [len(out) + k for k in self.eval_frames(x, dicts)]
-                out += dicts
+                out += self.frame_dicts(x)
+            calls = [i for i, d in enumerate(out) if python_frames.is_eval(d)]
             if self.derived:
                 mark_derived(out, self.derived)
             got = self._native_stacks[key] = (out, calls)
         return list(got[0]), got[1]
-
-    def eval_frames(self, address: int, dicts: list) -> tuple:
-        """Which of the frames at a return address are CPython's evaluator (made once)."""
-        got = self._evals.get(address)
-        if got is None:
-            got = self._evals[address] = tuple(k for k, d in enumerate(dicts)
-                                               if python_frames.is_eval(d))
-        return got
 
     def python_dicts(self) -> dict:
         """The Python frames named so far, by word, for the code records in use."""

@@ -443,7 +443,8 @@ def test_no_pymalloc_leaves_the_allocator_alone_and_says_so(targets, tmp_path):
     assert t.finish() == 0
     assert rep["python"]["frames"] and not rep["python"]["allocators"]
     assert "--no-pymalloc" in rep["python"]["allocators_why"]
-    assert not [s for s in rep["sites"] if {"PyObject_Malloc", "PyMem_Malloc"} & set(s["operations"])]
+    assert not [s for s in rep["sites"]
+                if {"PyObject_Malloc", "PyMem_Malloc"} & set(s["operations"])]
     text = run_memhook("report", mh.capture).stdout
     assert "CPython's allocator not hooked (--no-pymalloc): Python objects are seen as " \
         "pymalloc's arenas only" in text
