@@ -1,7 +1,8 @@
 """What memhook's Python side knows of the target's processor, in one table keyed by the ELF
 header's e_machine: which relocations store a function's address in a slot, and what the GDB
 agent needs to call functions in the target (its registers, the red zone below the stack
-pointer, the stack's alignment). The native side's seam is hook_cpp/arch/."""
+pointer, the stack's alignment). The native side's seam is hook_cpp/arch/; a memhook build
+handles its own processor's programs only (the hook library is that processor's code)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,32 +13,56 @@ from . import _native
 @dataclass(frozen=True)
 class Arch:
     name: str
-    # relocation type -> the name memhook reports: those that hold a function's address
-    slot_relocations: dict
-    zero_addend: frozenset  # of those, the ones that hold it only with a zero addend
+    e_machine: str      # as pyelftools names it
     red_zone: int       # bytes below the stack pointer a leaf function may use
     stack_align: int
     syscall_insn: str   # the system call instruction's bytes, as hex: a thread stopped right
                         # after one is blocked in the kernel (the GDB agent's thread choice)
+    # `memhook run` holds a program where its loader is done (inject/startup.py): a breakpoint
+    # instruction, and the words of the general registers (NT_PRSTATUS) with the pc among them
+    breakpoint_insn: bytes
+    regs_words: int
+    regs_pc: int
+    breakpoint_rewinds: bool  # the pc after the trap is past the breakpoint (x86's int3)
+    # what this processor's build does not do yet, each a sentence memhook says when asked for it
+    no_entry_patches: str = ""
+    no_fork_copy: str = ""
+    no_python_frames: str = ""
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
-    # `memhook run` holds a program where its loader is done (inject/startup.py): a breakpoint
-    # instruction, and where the pc is among the words of ptrace's PTRACE_GETREGS
-    breakpoint_insn: bytes = b"\xcc"
-    regs_words: int = 27   # struct user_regs_struct
-    regs_pc: int = 16      # its rip
+
+    # The relocations come from hook_cpp/arch/<arch>/arch.h (through the consumer module), the
+    # one list the hook library's late patching uses too.
+    @property
+    def slot_relocations(self) -> dict:
+        """relocation type -> the name memhook reports: those that hold a function's address"""
+        return {t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()}
+
+    @property
+    def zero_addend(self) -> frozenset:
+        """of those, the ones that hold it only with a zero addend"""
+        return frozenset(t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z)
 
 
-# The relocations come from hook_cpp/arch/x86_64/arch.h (through the consumer module), the one
-# list the hook library's late patching uses too.
-X86_64 = Arch("x86-64",
-              slot_relocations={t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()},
-              zero_addend=frozenset(t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z),
-              red_zone=128, stack_align=16, syscall_insn="0f05")
+X86_64 = Arch("x86-64", "EM_X86_64", red_zone=128, stack_align=16, syscall_insn="0f05",
+              breakpoint_insn=b"\xcc", regs_words=27, regs_pc=16,  # user_regs_struct, its rip
+              breakpoint_rewinds=True)
 
-BY_MACHINE = {"EM_X86_64": X86_64}
+_NOT_YET = "is not yet ported to aarch64 (issue 46)"
+AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
+               syscall_insn="010000d4",                      # svc #0
+               breakpoint_insn=(0xd4200000).to_bytes(4, "little"),  # brk #0
+               regs_words=34, regs_pc=32,                    # user_pt_regs: x0-x30, sp, pc, pstate
+               breakpoint_rewinds=False,                     # (brk leaves the pc at itself)
+               no_entry_patches=f"patching a function's entry {_NOT_YET}",
+               no_fork_copy=f"the target's copy for the leak check {_NOT_YET}",
+               no_python_frames=f"reading Python frames {_NOT_YET}")
+
+# The one this build is for.
+HOST = {"x86-64": X86_64, "aarch64": AARCH64}[getattr(_native, "ARCH_NAME", "x86-64")]
+BY_MACHINE = {HOST.e_machine: HOST}
 
 
 def of(e_machine: str, elfclass: int) -> Arch | None:
-    """The architecture of an ELF file's header, or None where memhook has no seam for it."""
+    """The architecture of an ELF file's header, or None where this build has no seam for it."""
     return BY_MACHINE.get(e_machine) if elfclass == 64 else None

@@ -300,7 +300,8 @@ def scan(pid: int, exe_path: str) -> Layout:
     with f:
         if arch.of(exe["e_machine"], exe.elfclass) is None:
             raise TargetError(f"unsupported target architecture {exe['e_machine']} "
-                              f"({exe.elfclass}-bit): memhook supports x86-64 only")
+                              f"({exe.elfclass}-bit): this memhook is built for "
+                              f"{arch.HOST.name} programs only")
         interp = next((s.get_interp_name() for s in _segments(exe, "PT_INTERP")
                        if s.header.p_type == "PT_INTERP"), None)
         dyn = _headers(exe, "PT_DYNAMIC")
@@ -309,7 +310,7 @@ def scan(pid: int, exe_path: str) -> Layout:
             if emulator:  # qemu-user: the program it runs is another processor's
                 raise TargetError(f"the target runs an {emulator.group(1)} program under "
                                   f"qemu-user emulation ({os.path.basename(exe_path)}): memhook "
-                                  "supports x86-64 only")
+                                  f"is built for {arch.HOST.name} programs only")
             raise TargetError("the target is statically linked: it has no GOT to patch")
         kind = "musl" if "ld-musl" in os.path.basename(interp) else "glibc"
         exe_bias = None

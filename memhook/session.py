@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import (_native, allocator_stats, allocators, elf, entry_patch, heap_census, hooks,
+from . import (_native, allocator_stats, allocators, arch, elf, entry_patch, heap_census, hooks,
                module_files, procfs, resident)
 from .inject import AttachRequest, DetachRequest, WayIn
 from .reachability.check import check as check_reachability
@@ -322,6 +322,10 @@ class Session:
         self.entry_plans = []
         kept_area = (0, 0)
         direct = [f for f in self.allocators if f.hooked and not f.own_calls]
+        if direct and arch.HOST.no_entry_patches:  # (said on each family's line)
+            for f in direct:
+                f.refused.extend((n, arch.HOST.no_entry_patches) for n in f.hooked)
+            return plans, area
         if layout.hook_library_base and direct:
             offset = elf.exported_offsets(layout.hook_library_file).get("memhook_entry_area")
             if offset is not None:  # (an older memhook's library has none)

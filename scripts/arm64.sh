@@ -16,10 +16,15 @@
 set -euo pipefail
 cache=${MEMHOOK_ROOTS:-/var/cache/memhook-roots}/arm64
 suite=bookworm
+# The guest's own compiler, gdb and Python, with what memhook and its tests import (Debian's
+# packages: the guest has no network); libdw-dev and python3-dev make the root the sysroot the
+# host cross-builds memhook against (kept beside the disk as root/).
 packages=linux-image-arm64,mount,mawk,gcc,g++,libc6-dev,gdb,python3,kmod,procps
+packages+=,python3-pyelftools,python3-numpy,python3-pytest,python3-venv,libdw-dev,libelf-dev
+packages+=,python3-dev
 # Modules the initramfs loads to reach the root; 9p's come from the root itself.
 initramfs_modules="virtio_pci virtio_mmio virtio_blk ext4"
-stamp="$suite $packages $initramfs_modules v1"
+stamp="$suite $packages $initramfs_modules v2"
 
 host_tools() {
   local need=()
@@ -91,7 +96,7 @@ chmod 0755 "$1/memhook-init"' \
   cp "$work"/root/boot/initrd.img-* "$work/initrd.img"
   # The disk straight from the directory: no loop device, no mount.
   mkfs.ext4 -q -L root -d "$work/root" "$work/disk.raw" 6G
-  rm -rf "$work/root" "$work/mmdebstrap.log"
+  rm -f "$work/mmdebstrap.log"
   echo "$stamp" > "$work/stamp"
   rm -rf "$cache"
   mv "$work" "$cache"

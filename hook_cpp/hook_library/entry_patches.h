@@ -62,6 +62,7 @@ bool write_code(uint64_t addr, const uint8_t* bytes, size_t n) {
   const uintptr_t lo = addr & ~uint64_t(4095), hi = (addr + n + 4095) & ~uint64_t(4095);
   if (mprotect((void*)lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
   memcpy((void*)addr, bytes, n);
+  __builtin___clear_cache((char*)addr, (char*)addr + n);  // (a no-op where caches are coherent)
   mprotect((void*)lo, hi - lo, PROT_READ | PROT_EXEC);
   return true;
 }
@@ -96,7 +97,7 @@ uint64_t write_stubs(uint8_t* cell, uint32_t hook_id) {
   uint8_t* const trampoline = cell + kEntryStub;
   memset(cell, 0xcc, kEntryStub);
   uint8_t* target = cell;
-#ifndef MEMHOOK_MUSL
+#if !defined(MEMHOOK_MUSL) && MEMHOOK_INLINE_SAMPLERS
   const intptr_t left = (intptr_t)&t_state.sample_left - arch::thread_pointer();
   if (g_sample_rate && hook_id == ID_malloc && left == (int32_t)left) {
     hook = (void*)&memhook_filter_malloc;
@@ -132,7 +133,7 @@ __attribute__((noinline)) void patch_entries(Control* c) {
         const uint64_t target = write_stubs((uint8_t*)kept->trampoline - kEntryStub,
                                             kept->hook_id);
         uint8_t jump[arch::kJumpBytes];
-        arch::jump_rel32(jump, kept->addr, target);
+        arch::jump_near(jump, kept->addr, target);
         if (write_code(kept->addr, jump, sizeof jump))
           kept->target = target;
         else
@@ -152,7 +153,7 @@ __attribute__((noinline)) void patch_entries(Control* c) {
     memset(cell + kEntryStub + e.trampoline_len, 0xcc,
            kEntryCell - kEntryStub - e.trampoline_len);
     uint8_t jump[arch::kJumpBytes];
-    arch::jump_rel32(jump, e.addr, target);
+    arch::jump_near(jump, e.addr, target);
     ActiveEntry& a = g_entries[g_nentries];
     a = ActiveEntry{e.addr, target, e.cell + kEntryStub, e.hook_id, {}};
     memcpy(a.original, e.original, sizeof a.original);
@@ -165,7 +166,10 @@ __attribute__((noinline)) void patch_entries(Control* c) {
     g_nentries++;
     e.state = kEntryPatched;
   }
-  if (area) mprotect(area, g_area_bytes, PROT_READ | PROT_EXEC);
+  if (area) {
+    __builtin___clear_cache((char*)area, (char*)area + g_area_bytes);
+    mprotect(area, g_area_bytes, PROT_READ | PROT_EXEC);
+  }
 }
 
 // Detach, every other thread held: each entry still holding its jump gets its first bytes

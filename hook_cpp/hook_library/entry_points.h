@@ -36,12 +36,16 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 #define EVERY_CALL_ENTRY_fast(sym, ret, params)                        \
   extern "C" __attribute__((visibility("default"), alias("fast_" #sym))) ret \
   memhook_hook_##sym params;
+#if MEMHOOK_MALLOC_ENTRY
 #define EVERY_CALL_ENTRY_asm(sym, ret, params) extern "C" ret memhook_hook_##sym params;
+#else  // (no hand-written entry on this processor: arch.h)
+#define EVERY_CALL_ENTRY_asm EVERY_CALL_ENTRY_fast
+#endif
 
 // nests: the function's own malloc is part of this call (operator new), so the guard is held
 // across the real call even when nothing is recorded.
 #define ALLOC(id, sym, name, ret, params, args, size_expr, result_ptr, nests, every) \
-  __attribute__((noinline)) static ret slow_##sym(void** fp, UNPAREN params) { \
+  __attribute__((noinline)) static ret slow_##sym(HookFrame fp, UNPAREN params) { \
     ThreadState& t = t_state;                                          \
     const uint64_t size = (size_expr);                                 \
     const int m = mode();                                              \
@@ -60,7 +64,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
   }                                                                    \
   extern "C" __attribute__((visibility("hidden"))) ret fast_##sym params { \
     ThreadState& t = t_state;                                          \
-    void** fp = (void**)__builtin_frame_address(0);                    \
+    HookFrame fp = MEMHOOK_HOOK_FRAME();                               \
     /* operator new keeps the guard across its inner malloc: slow_* */ \
     if (__builtin_expect(mode() != kEvery || t.in_hook, 0) || nests)   \
       return slow_##sym(fp, UNPAREN args);                             \
@@ -68,7 +72,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     ret result = REAL(sym) args;                                       \
     /* fp read again: held across the call it would cost a register */ \
     if (void* p = (result_ptr))                                        \
-      record_alloc_now<ID_##sym>(p, size, origin_of((void**)__builtin_frame_address(0))); \
+      record_alloc_now<ID_##sym>(p, size, origin_of(MEMHOOK_HOOK_FRAME())); \
     return result;                                                     \
   }                                                                    \
   EVERY_CALL_ENTRY_##every(sym, ret, params)                           \
@@ -92,7 +96,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 // other free straight to the real function. Plain free calls nothing hooked: on its short path
 // the guard ends before it, and it is a tail call.
 #define FREE(id, sym, name, params, args)                              \
-  __attribute__((noinline)) static void slow_##sym(void** fp, UNPAREN params) { \
+  __attribute__((noinline)) static void slow_##sym(HookFrame fp, UNPAREN params) { \
     if (!p) return REAL(sym) args;                                     \
     PASS_THROUGH(sym, args)                                            \
     enter(t);                                                          \
@@ -105,7 +109,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
   }                                                                    \
   extern "C" __attribute__((visibility("default"))) void memhook_hook_##sym params { \
     ThreadState& t = t_state;                                          \
-    void** fp = (void**)__builtin_frame_address(0);                    \
+    HookFrame fp = MEMHOOK_HOOK_FRAME();                               \
     /* operator delete keeps the guard across its inner free: slow_* */ \
     if (__builtin_expect(!p || mode() != kEvery || t.in_hook, 0) || ID_##sym != ID_free) \
       return slow_##sym(fp, UNPAREN args);                             \
@@ -132,7 +136,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     Guard guard(t);                                                    \
     if (!track_old && !track_new) return REAL(sym) args;               \
     return record_realloc(t, ID_##sym, p, size, track_old, track_new,  \
-                          (void**)__builtin_frame_address(0),          \
+                          MEMHOOK_HOOK_FRAME(),                        \
                           [&]() -> void* { return REAL(sym) args; });  \
   }
 
@@ -147,7 +151,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     if (!p || (g_sample_rate && !sampled_live((uint64_t)p))) return REAL(sym) args; \
     size_t got = 0;                                                    \
     uint64_t size = want;                                              \
-    record_realloc(t, ID_##sym, p, size, true, true, (void**)__builtin_frame_address(0), \
+    record_realloc(t, ID_##sym, p, size, true, true, MEMHOOK_HOOK_FRAME(), \
                    [&]() -> void* {                                    \
                      got = REAL(sym) args;                             \
                      if (got < want) return nullptr;                   \
@@ -163,7 +167,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 #define MAP(id, sym, name, params, args, len_expr, when_expr)          \
   extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
     PASS_THROUGH(sym, args)                                            \
-    void** fp = (void**)__builtin_frame_address(0);                    \
+    HookFrame fp = MEMHOOK_HOOK_FRAME();                               \
     if (!(when_expr)) return REAL(sym) args;                           \
     Guard guard(t);                                                    \
     void* result = REAL(sym) args;                                     \
@@ -179,7 +183,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
     if (when_expr) {                                                   \
       Guard guard(t);                                                  \
       record_unmap(t, ID_##sym, (addr_expr), page_round(len_expr),     \
-                   (void**)__builtin_frame_address(0), table);         \
+                   MEMHOOK_HOOK_FRAME(), table);                       \
     }                                                                  \
     return REAL(sym) args;                                             \
   }
@@ -193,7 +197,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 #define REMAP(id, sym, name, params, args, addr_expr, old_expr, len_expr) \
   extern "C" __attribute__((visibility("default"))) void* memhook_hook_##sym params { \
     PASS_THROUGH(sym, args)                                            \
-    void** fp = (void**)__builtin_frame_address(0);                    \
+    HookFrame fp = MEMHOOK_HOOK_FRAME();                               \
     Guard guard(t);                                                    \
     record_unmap(t, ID_##sym, (addr_expr), page_round(old_expr), fp, true); \
     void* result = REAL(sym) args;                                     \
@@ -207,6 +211,7 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 #define LOADER(...)  // below, by hand
 #include "hooks.def"
 
+#if MEMHOOK_MALLOC_ENTRY
 // memhook_hook_malloc's record when its own (malloc_entry.S) does not apply, with the origin
 // as that entry found it. That entry may have set the guard already (it does before it reads
 // the cursor), and only this call's own: a nested call never comes here.
@@ -221,6 +226,7 @@ memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
   }
   return record_alloc_leaf<ID_malloc>(p, size, Origin{ret, frame});
 }
+#endif
 
 // A library loaded later gets its slots patched at once (late_patching.h).
 extern "C" __attribute__((visibility("default"))) void* memhook_hook_dlopen(const char* f, int m) {

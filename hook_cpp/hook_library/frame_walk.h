@@ -21,7 +21,7 @@ inline StackRegion stack_of(const ThreadState& t, uint64_t sp) {
 // the rows alone decided is kept in `c`; any other leaves `c` empty.
 inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* out,
                           uint64_t* caller, RecentStack* c) {
-  const uint64_t sp = (uint64_t)(from.ret + 1);
+  const uint64_t sp = arch::caller_sp(from);
   const StackRegion region = stack_of(t, sp);
   *caller = 0;
   c->ret0 = 0;
@@ -49,6 +49,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   c->sp = (uint64_t)from.ret;
   c->nwords = n;
   c->frame_used = w.entry_bp_used;
+#if MEMHOOK_MALLOC_ENTRY
   if (npairs <= kAlignedPairs && nsteps <= kAlignedSteps) {
     for (uint32_t i = 0; i < npairs; i++)
       c->pairs[kAlignedPairs - npairs + i] = {c->words[2 * i].value, c->words[2 * i + 1].value};
@@ -62,6 +63,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   // In a Python process an entry also holds Python frames, which the malloc hook by hand does
   // not read: it leaves every entry to the compiled path (records.h: python_stack_words).
   if (g_python) c->compare = (uint64_t)memhook_compare_miss;
+#endif
   __atomic_signal_fence(__ATOMIC_SEQ_CST);  // a handler's hook sees the entry whole or empty
   c->ret0 = ret0;
   // Rows published during the walk: memhook may have emptied the entries before this one was

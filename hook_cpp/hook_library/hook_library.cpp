@@ -35,6 +35,7 @@
 #undef mmap64
 
 #include "arch.h"
+#include "hook_frame.h"
 #include "routing.h"
 #include "segment.h"
 #include "unwind_rows.h"

@@ -137,9 +137,11 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_unwind = g_unwind_bytes ? (const UnwindArea*)((uint8_t*)m + unwind_offset(c->nrings, c->ring_bytes,
                                                                              c->depth))
                             : nullptr;
+#if MEMHOOK_MALLOC_ENTRY
   const bool use_avx512 = avx512 && !c->no_avx512;
   g_compare_first = use_avx512 ? memhook_compare_avx512 : memhook_compare_sse;
   g_compare_last = use_avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;
+#endif
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;
   g_depth = c->depth;

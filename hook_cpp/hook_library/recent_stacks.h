@@ -13,11 +13,10 @@ inline RecentStack* recent_stack_at(ThreadState& t, uint32_t i) {
 // Where a hook was called from: the recent stack holding its return address (the allocation's
 // call site) and the caller's frame pointer. A compiled hook finds both in its own frame; the
 // assembly entry (memhook_hook_malloc) has none and passes them as it found them.
-struct Origin {
-  void** ret;
-  void** frame;
-};
-inline Origin origin_of(void** fp) { return {fp + 1, (void**)fp[0]}; }
+// (The processor's: arch/<arch>/hook_frame.h.)
+using arch::HookFrame;
+using arch::Origin;
+using arch::origin_of;
 
 // The recent stack a call from `from` uses: its return address and stack pointer pick it, so that a
 // wrapper (one call site, many stacks) called from different depths uses different entries.
@@ -42,6 +41,7 @@ inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
   return diff == 0;
 }
 
+#if MEMHOOK_MALLOC_ENTRY
 // memhook_hook_malloc compares a recent stack in two unrolled sequences (segment.h): words,
 // step j comparing steps[j], one of m words entering at step kAlignedSteps - m; then pairs,
 // step j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n, with AVX-512
@@ -61,5 +61,6 @@ inline uint64_t steps_entry(uint32_t m) {
   const uint64_t step = (memhook_compare_words_end - memhook_compare_words) / kAlignedSteps;
   return (uint64_t)memhook_compare_words + (kAlignedSteps - m) * step;
 }
+#endif
 
 }  // namespace

@@ -123,12 +123,12 @@ __attribute__((noinline, optimize("omit-frame-pointer"))) void record_alloc_now(
   record_alloc_leaf<Op>(p, size, from);
 }
 
-inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p, void** fp) {
+inline void write_free(ThreadState& t, uint64_t* at, uint64_t w, int op, void* p, HookFrame fp) {
   at[0] = header(kFree, op, 0, table_swap(t, (uint64_t)p, 0, w));
-  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+  at[1] = with_depth(t, (uint64_t)p, arch::frame_base(fp));
 }
 
-__attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, void** fp) {
+__attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p, HookFrame fp) {
   uint64_t w;
   if (!event_ring(t, true)) return table_set_live((uint64_t)p, false);
   if (!reserve(t, 16, &w, true)) {
@@ -142,7 +142,7 @@ __attribute__((noinline)) void record_free_slow(ThreadState& t, int op, void* p,
 // A free, recorded (and published) before the real call (the guard set): once it returns,
 // another thread may get the block back, and that thread's event will depend on this one.
 __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, void* p,
-                                                       void** fp) {
+                                                       HookFrame fp) {
   const uint64_t w = t.write;
   if (!fast_room(t, w, 16, true)) return record_free_slow(t, op, p, fp);
   write_free(t, record_at(t, w), w, op, p, fp);
@@ -153,13 +153,13 @@ __attribute__((always_inline)) inline void record_free(ThreadState& t, int op, v
 // real call, as a free is, so that a mapping another thread then gets at that address comes
 // after it. `table`: the address table orders it against that thread's record (unmaps).
 __attribute__((noinline)) void record_unmap(ThreadState& t, int op, void* p, uint64_t len,
-                                            void** fp, bool table) {
+                                            HookFrame fp, bool table) {
   uint64_t w;
   if (!event_ring(t, true)) return;
   if (!reserve(t, 24, &w, true)) return drop_free(t.ring);
   uint64_t* at = record_at(t, w);
   at[0] = header(kUnmap, op, 0, table ? table_swap(t, (uint64_t)p, 0, w) : 0);
-  at[1] = with_depth(t, (uint64_t)p, (uint64_t)fp);
+  at[1] = with_depth(t, (uint64_t)p, arch::frame_base(fp));
   at[2] = len & kSizeMask;
   publish(t, w + 24);
 }
@@ -180,7 +180,7 @@ void* realloc_unrecorded(void* old, uint64_t size, bool track_old, Call call) {
 // call; it may set `size` (an in-place resize learns the size it got from the call).
 template <class Call>
 void* record_realloc(ThreadState& t, int op, void* old, uint64_t& size, bool track_old,
-                     bool track_new, void** fp, Call call) {
+                     bool track_new, HookFrame fp, Call call) {
   if (!event_ring(t, track_old)) return realloc_unrecorded(old, size, track_old, call);
   RingHeader* r = t.ring;
   __atomic_store_n(&r->busy, 1, __ATOMIC_RELAXED);
@@ -222,7 +222,7 @@ void* record_realloc(ThreadState& t, int op, void* old, uint64_t& size, bool tra
     words = head + s.nframes;
   } else if (old_freed) {
     at[0] = header(kFree, op, 0, dep_old);
-    at[1] = with_depth(t, (uint64_t)old, (uint64_t)fp);
+    at[1] = with_depth(t, (uint64_t)old, arch::frame_base(fp));
     words = 2;
   } else {
     at[0] = header(kNop, op, 0, 0);

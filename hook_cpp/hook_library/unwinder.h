@@ -170,7 +170,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           // one (above) or, when the handler ran on an alternate stack, the thread's.
           w.keep = false;
           w.leading = false;
-          const uint64_t uc = sp;
+          const uint64_t uc = sp + arch::kSignalUcontext;
           if (!region.holds(uc + kUcRip)) return *o++ = kFrameUnwindStopped, o;
           const uint64_t rbp = w.read(uc + kUcRbp), rsp = w.read(uc + kUcRsp);
           const uint64_t rip = w.read(uc + kUcRip);
@@ -209,7 +209,10 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
       w.forget_unused_bp();
       w.bp_is_entry = false;
     }
-    const uint64_t ret = w.read(cfa - 8);
+    const uint64_t ra_at = cfa - 8 * uint64_t(known ? arch::ra_slot(r) : 1);
+    if (ra_at < sp || !region.holds(ra_at))
+      return *o++ = known ? kFrameUnwindStopped : kFrameNoUnwindInfo, o;
+    const uint64_t ret = arch::return_address(w.read(ra_at));
     if (w.leading && pair) w.pairs++;
     else w.leading = false;
     if (!*cfa1) *cfa1 = cfa;

@@ -87,7 +87,7 @@ inline bool injected_syscall(StoppedThread& t, uint64_t stub, Control* ctl, long
   std::vector<uint64_t> r = t.regs;
   r[arch::kRegsProgramCounter] = stub;
   r[arch::kRegsSyscallNumber] = uint64_t(nr);
-  r[arch::kRegsRestartNumber] = ~uint64_t(0);
+  arch::no_restart(r.data());
   int i = 0;
   for (uint64_t a : args) r[arch::kRegsSyscallArgs[i++]] = a;
   const long options = PTRACE_O_TRACESYSGOOD | (child ? PTRACE_O_TRACECLONE : 0);
@@ -107,7 +107,7 @@ inline bool injected_syscall(StoppedThread& t, uint64_t stub, Control* ctl, long
     if (WSTOPSIG(st) == (SIGTRAP | 0x80)) {
       if (entered) {
         std::vector<uint64_t> now;
-        *result = get_regs(t.tid, &now) ? long(now[arch::kRegsSyscallNumber]) : -EIO;
+        *result = get_regs(t.tid, &now) ? long(now[arch::kRegsSyscallResult]) : -EIO;
         break;
       }
       entered = true;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <set>
@@ -27,12 +28,21 @@
 namespace memhook::reachability {
 
 // A thread's general registers (NT_PRSTATUS), as PTRACE_GETREGSET gives them and
-// PTRACE_SETREGSET takes them.
+// PTRACE_SETREGSET takes them (which takes no more than it gives), and the thread pointer at
+// arch::kRegsThreadPointer where it has a regset of its own (AArch64's TPIDR_EL0).
 inline bool get_regs(int tid, std::vector<uint64_t>* regs) {
   regs->assign(64, 0);
   struct iovec io = {regs->data(), regs->size() * 8};
   if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)NT_PRSTATUS, &io) != 0) return false;
   regs->resize(io.iov_len / 8);
+  if (arch::kThreadPointerRegset) {
+    uint64_t tp = 0;
+    struct iovec tio = {&tp, 8};
+    if (ptrace(PTRACE_GETREGSET, tid, (void*)(uintptr_t)arch::kThreadPointerRegset, &tio) != 0)
+      tp = 0;
+    regs->resize(std::max<size_t>(regs->size(), arch::kRegsThreadPointer + 1));
+    (*regs)[arch::kRegsThreadPointer] = tp;
+  }
   return true;
 }
 inline bool set_regs(int tid, const std::vector<uint64_t>& regs) {

@@ -194,7 +194,8 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
   size_t n;
   if (dwarf_frame_register(f, kRegRa, mem, &ops, &n) != 0) return rule(kRowStop);
   if (n == 0 && ops == mem) return rule(kRowEnd);  // undefined: the outermost frame
-  if (cfa_relative(ops, n) != -8) return rule(kRowStop);
+  const int64_t ra_at = cfa_relative(ops, n);
+  if (ra_at == INT64_MIN || ra_at >= 0 || ra_at % 8) return rule(kRowStop);
   if (dwarf_frame_cfa(f, &ops, &n) != 0 || n != 1) return rule(kRowStop);
   uint64_t reg, off;
   if (ops[0].atom == DW_OP_bregx) {
@@ -223,6 +224,7 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
       }
     }
   }
+  if (!arch::ra_rule(-ra_at / 8, &rbp, &slot)) return rule(kRowStop);  // (arch.h)
   return rule(kind, uint32_t(off / 8), rbp, slot);
 }
 

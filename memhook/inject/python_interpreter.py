@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError
 
-from .. import elf
+from .. import arch, elf
 from ..allocators import STT_FUNC
 from ..procfs import Memory
 from . import python_layouts
@@ -97,6 +97,9 @@ def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
     found = Interpreter(obj.path)
     found.version, found.minor = _version(obj, syms, mem)
     name = f"CPython {found.version or '(version unknown)'}"
+    if arch.HOST.no_python_frames:  # (its layouts and code reading are x86-64's so far)
+        found.why = f"{name}: {arch.HOST.no_python_frames}"
+        return found
     if any(s in syms for s in FREE_THREADED_SYMBOLS):
         found.why = f"{name} is a free-threaded build: memhook reads the frames of GIL builds"
         return found

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import _native
-from ..arch import X86_64
+from ..arch import HOST
 
 
 def arch_layout() -> dict:
     """What the agent needs of the target's processor (memhook/arch.py)."""
-    return {"gdb_sp": X86_64.gdb_sp, "gdb_pc": X86_64.gdb_pc, "red_zone": X86_64.red_zone,
-            "stack_align": X86_64.stack_align, "syscall_insn": X86_64.syscall_insn}
+    return {"gdb_sp": HOST.gdb_sp, "gdb_pc": HOST.gdb_pc, "red_zone": HOST.red_zone,
+            "stack_align": HOST.stack_align, "syscall_insn": HOST.syscall_insn}
 
 
 def control_layout() -> dict:

@@ -22,11 +22,12 @@ import subprocess
 import time
 
 from .. import _native, elf, procfs
-from ..arch import X86_64
+from ..arch import HOST
 from ..procfs import TargetError
 
 PTRACE_TRACEME, PTRACE_PEEKDATA, PTRACE_POKEDATA = 0, 2, 5
-PTRACE_CONT, PTRACE_SINGLESTEP, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 9, 12, 13, 17
+PTRACE_CONT, PTRACE_SINGLESTEP, PTRACE_DETACH = 7, 9, 17
+PTRACE_GETREGSET, PTRACE_SETREGSET, NT_PRSTATUS = 0x4204, 0x4205, 1  # (every processor has these)
 PTRACE_SETOPTIONS, PTRACE_GETEVENTMSG, PTRACE_SEIZE, PTRACE_INTERRUPT = \
     0x4200, 0x4201, 0x4206, 0x4207
 PTRACE_O_TRACEFORK, PTRACE_O_TRACEVFORK, PTRACE_O_TRACEEXEC, PTRACE_O_EXITKILL = \
@@ -39,7 +40,7 @@ AT_ENTRY = 9         # ... for the program's entry point
 DT_NEEDED, DT_INIT, DT_INIT_ARRAY, DT_INIT_ARRAYSZ = 1, 12, 25, 27
 RT_CONSISTENT = 0    # r_debug.r_state: the link map is complete
 R_STATE_OFFSET = 24  # in glibc's struct r_debug and musl's struct debug alike
-ARCH = X86_64
+ARCH = HOST
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _ptrace = _libc.ptrace
@@ -111,10 +112,20 @@ def _loader(pid: int) -> tuple[int, str]:
     return base, f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"
 
 
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
 def _regs(pid: int) -> ctypes.Array:
     regs = (ctypes.c_ulong * ARCH.regs_words)()
-    ptrace(PTRACE_GETREGS, pid, 0, ctypes.addressof(regs))
+    io = _Iovec(ctypes.addressof(regs), ctypes.sizeof(regs))
+    ptrace(PTRACE_GETREGSET, pid, NT_PRSTATUS, ctypes.addressof(io))
     return regs
+
+
+def _set_regs(pid: int, regs: ctypes.Array) -> None:
+    io = _Iovec(ctypes.addressof(regs), ctypes.sizeof(regs))
+    ptrace(PTRACE_SETREGSET, pid, NT_PRSTATUS, ctypes.addressof(io))
 
 
 def _libc_mapped(pid: int) -> bool:
@@ -208,11 +219,12 @@ def _run_to(pid: int, proc: subprocess.Popen | None, addrs: list[int], until=Non
         while True:
             _run_to_trap(pid, proc, PTRACE_CONT)
             regs = _regs(pid)
-            at = regs[ARCH.regs_pc] - len(ARCH.breakpoint_insn)
+            at = regs[ARCH.regs_pc] - (len(ARCH.breakpoint_insn) if ARCH.breakpoint_rewinds else 0)
             if at not in addrs:
                 continue
-            regs[ARCH.regs_pc] = at
-            ptrace(PTRACE_SETREGS, pid, 0, ctypes.addressof(regs))
+            if ARCH.breakpoint_rewinds:
+                regs[ARCH.regs_pc] = at
+                _set_regs(pid, regs)
             if until is None or until():
                 return at
             # Not yet (an earlier RT_ADD call): step over the real instruction, then trap again.

@@ -32,7 +32,7 @@ def test_32_bit_target(tmp_path):
         wait_started(proc, "sleep32")
         if proc.poll() is not None:
             pytest.skip("this kernel runs no 32-bit programs")
-        one_line_error(run_memhook("-p", proc.pid), 1, "x86-64 only", "32-bit")
+        one_line_error(run_memhook("-p", proc.pid), 1, "built for x86-64 programs only", "32-bit")
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -56,7 +56,7 @@ def test_foreign_architecture_target(tmp_path):
     proc = subprocess.Popen([qemu, str(exe)])
     try:
         wait_started(proc, "qemu-aarch64-static")
-        one_line_error(run_memhook("-p", proc.pid), 1, "aarch64", "qemu-user", "x86-64 only")
+        one_line_error(run_memhook("-p", proc.pid), 1, "aarch64", "qemu-user", "built for x86-64 programs only")
         assert proc.poll() is None
     finally:
         proc.kill()

@@ -14,9 +14,14 @@
 #include <ucontext.h>
 
 #include "slot_relocations.h"
+#include "unwind_rows.h"
 
 namespace memhook {
 namespace arch {
+
+// No hand-written malloc entry yet: malloc's every-call entry is the compiled hook
+// (entry_points.h), as every other function's is.
+#define MEMHOOK_MALLOC_ENTRY 0
 
 constexpr int kElfMachine = EM_AARCH64;  // the e_machine of the objects this build handles
 constexpr const char* kName = "aarch64";
@@ -71,6 +76,23 @@ static_assert(offsetof(ucontext_t, uc_mcontext.pc) == kUcProgramCounter);
 constexpr int kRegsStackPointer = 31;
 constexpr int kRegsProgramCounter = 32;
 constexpr uint64_t kStackRedZone = 0;
+// The thread pointer (TPIDR_EL0) is not among them: get_regs (reachability/thread_stop.h) reads
+// it with its own regset and keeps it after them, at this index. glibc's thread control block
+// begins there (TLS variant I: tcbhead_t is dtv, private), its dtv pointer first.
+constexpr int kRegsThreadPointer = 34;
+constexpr unsigned kThreadPointerRegset = 0x401;  // NT_ARM_TLS
+constexpr uint64_t kTcbDtvOffset = 0;
+// A system call a stopped thread is made to run: its number in x8, arguments in x0-x5, the
+// result in x0.
+constexpr int kRegsSyscallNumber = 8;
+constexpr int kRegsSyscallResult = 0;
+constexpr int kRegsSyscallArgs[] = {0, 1, 2, 3, 4, 5};
+// Not yet here: the leak check's copy of the process (forked_image.h) needs a syscall stub that
+// puts every register back (rt_sigreturn's frame, on AArch64) and a restart through
+// NT_ARM_SYSTEM_CALL, since user_pt_regs has no orig_x0. memhook refuses the leak check.
+constexpr bool kInjectedCalls = false;
+inline void no_restart(uint64_t* /*regs*/) {}
+inline void as_resumed(uint64_t* /*regs*/) {}
 
 // The bits of a word that can be an address: Linux lets user pointers carry a tag in their top
 // byte (Top Byte Ignore: MTE, HWASan), which the hardware ignores and a comparison must too.
@@ -85,6 +107,33 @@ constexpr SlotRelocation kSlotRelocations[] = {{R_AARCH64_JUMP_SLOT, "JUMP_SLOT"
 // DWARF register numbers (the AArch64 DWARF ABI): x29 (the frame pointer), sp, and the return
 // address column, x30 (the link register).
 constexpr int kDwarfFramePointer = 29, kDwarfStackPointer = 31, kDwarfReturnAddress = 30;
+
+// Where an unwind row's return address is, in words below its CFA (common/unwind_rows.h). A
+// prologue stores x30 beside x29 as the frame record (stp x29, x30: x30 one word above), so a row
+// whose x29 is saved at slot k has x30 at slot k - 1; a function that keeps x29 (no frame record)
+// saves x30 alone, and the row's slot field, unused for x29, holds x30's. ra_rule: whether CFI's
+// "x30 at CFA - 8 * ra" fits a row with this x29 rule and slot (unwind/cfi_rows.cpp); x30 still
+// in its register (a leaf, a PLT stub) fits none: the walk stops there.
+constexpr uint32_t ra_slot(uint32_t rule) {
+  return rbp_rule(rule) == kRbpSaved ? rbp_slot(rule) - 1 : rbp_slot(rule);
+}
+inline bool ra_rule(int64_t ra, RbpRule* rbp, uint32_t* slot) {
+  if (*rbp == kRbpSaved) return ra == int64_t(*slot) - 1 && ra >= 1;
+  if (ra < 1 || ra > int64_t(kMaxRbpSlot)) return false;
+  *slot = uint32_t(ra);
+  return true;
+}
+// The ucontext of a signal frame, from the stack pointer at the signal trampoline
+// (__kernel_rt_sigreturn: struct rt_sigframe is a siginfo, then the ucontext).
+constexpr uint64_t kSignalUcontext = 128;
+// A return address as stored, its pointer authentication code (PAC, -mbranch-protection) gone:
+// XPACLRI strips x30's by the process's own address size, and is a no-op (a hint) where the
+// processor has no PAC.
+inline uint64_t return_address(uint64_t stored) {
+  register uint64_t lr asm("x30") = stored;
+  asm("hint #7" : "+r"(lr));  // xpaclri
+  return lr;
+}
 
 }  // namespace arch
 }  // namespace memhook

@@ -8,9 +8,14 @@
 #include <x86intrin.h>
 
 #include "slot_relocations.h"
+#include "unwind_rows.h"
 
 namespace memhook {
 namespace arch {
+
+// malloc's every-call entry is written by hand here (malloc_entry.S: the recent stack compared
+// with SSE4.1 or AVX-512); a processor without one gets the compiled hook (entry_points.h).
+#define MEMHOOK_MALLOC_ENTRY 1
 
 constexpr int kElfMachine = EM_X86_64;  // the e_machine of the objects this build handles
 constexpr const char* kName = "x86-64";
@@ -72,6 +77,7 @@ constexpr int kRegsStackPointer = 19;  // rsp
 // The thread pointer (fs_base), where glibc's thread control block begins; its dtv field, the
 // pointer to the thread's dynamic thread vector (tcbhead_t: tcb, dtv, self...).
 constexpr int kRegsThreadPointer = 21;  // fs_base
+constexpr unsigned kThreadPointerRegset = 0;  // (among those registers: no regset of its own)
 constexpr uint64_t kTcbDtvOffset = 8;
 constexpr uint64_t kStackRedZone = 128;
 // A system call a stopped thread is made to run (reachability/forked_image.h): where its number,
@@ -79,8 +85,13 @@ constexpr uint64_t kStackRedZone = 128;
 // the kernel must not restart, on the way out of the stop, a call the thread was interrupted in.
 constexpr int kRegsProgramCounter = 16;  // rip
 constexpr int kRegsSyscallNumber = 10;   // rax, and the result
+constexpr int kRegsSyscallResult = 10;
 constexpr int kRegsRestartNumber = 15;   // orig_rax
 constexpr int kRegsSyscallArgs[] = {14, 13, 12, 7, 9, 8};  // rdi, rsi, rdx, r10, r8, r9
+// The leak check's copy of the process is made by a call a stopped thread makes
+// (memhook_syscall_stub: syscall_stub.S).
+constexpr bool kInjectedCalls = true;
+inline void no_restart(uint64_t* regs) { regs[kRegsRestartNumber] = ~uint64_t(0); }
 
 // The registers a thread stopped in signal delivery goes on with when it takes no signal: a
 // system call it was interrupted in restarts (-ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND:
@@ -105,6 +116,17 @@ constexpr SlotRelocation kSlotRelocations[] = {{R_X86_64_JUMP_SLOT, "JUMP_SLOT",
 
 // DWARF register numbers (the psABI's): rbp, rsp, and the return address column.
 constexpr int kDwarfFramePointer = 6, kDwarfStackPointer = 7, kDwarfReturnAddress = 16;
+
+// Where an unwind row's return address is, in words below its CFA (common/unwind_rows.h):
+// `call` pushed it right below the caller's stack pointer, always. ra_rule: whether CFI's
+// "return address at CFA - 8 * ra" fits a row with this rbp rule and slot (unwind/cfi_rows.cpp).
+constexpr uint32_t ra_slot(uint32_t /*rule*/) { return 1; }
+inline bool ra_rule(int64_t ra, RbpRule* /*rbp*/, uint32_t* /*slot*/) { return ra == 1; }
+// The ucontext of a signal frame, from the stack pointer at the signal trampoline
+// (__restore_rt: `ret` popped pretcode, the ucontext follows).
+constexpr uint64_t kSignalUcontext = 0;
+// A return address as stored: here, just that.
+inline uint64_t return_address(uint64_t stored) { return stored; }
 
 }  // namespace arch
 }  // namespace memhook

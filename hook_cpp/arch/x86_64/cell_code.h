@@ -10,9 +10,12 @@ namespace memhook {
 namespace arch {
 
 constexpr int kJumpBytes = 5;  // what a patched entry starts with: jmp rel32
+// Sampling sessions write malloc's and free's sample entries into the cell (sample_malloc and
+// sample_free below).
+#define MEMHOOK_INLINE_SAMPLERS 1
 
 // jmp rel32 from `at` to `to` (within 2 GiB: memhook placed the area so).
-inline void jump_rel32(uint8_t* out, uint64_t at, uint64_t to) {
+inline void jump_near(uint8_t* out, uint64_t at, uint64_t to) {
   const int32_t rel = (int32_t)((int64_t)to - (int64_t)(at + kJumpBytes));
   out[0] = 0xe9;
   memcpy(out + 1, &rel, 4);
