@@ -24,10 +24,13 @@ class Arch:
     regs_words: int
     regs_pc: int
     breakpoint_rewinds: bool  # the pc after the trap is past the breakpoint (x86's int3)
+    # a thread stopped in a system call the kernel will restart is shown at the instruction
+    # itself (AArch64's do_signal rewinds the pc before the stop), not after it (x86-64)
+    syscall_rewound: bool
     # what this processor's build does not do yet, each a sentence memhook says when asked for it
-    no_entry_patches: str = ""
     no_fork_copy: str = ""
     no_python_frames: str = ""
+    no_prologue_rows: str = ""
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
 
@@ -46,7 +49,7 @@ class Arch:
 
 X86_64 = Arch("x86-64", "EM_X86_64", red_zone=128, stack_align=16, syscall_insn="0f05",
               breakpoint_insn=b"\xcc", regs_words=27, regs_pc=16,  # user_regs_struct, its rip
-              breakpoint_rewinds=True)
+              breakpoint_rewinds=True, syscall_rewound=False)
 
 _NOT_YET = "is not yet ported to aarch64 (issue 46)"
 AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
@@ -54,9 +57,10 @@ AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
                breakpoint_insn=(0xd4200000).to_bytes(4, "little"),  # brk #0
                regs_words=34, regs_pc=32,                    # user_pt_regs: x0-x30, sp, pc, pstate
                breakpoint_rewinds=False,                     # (brk leaves the pc at itself)
-               no_entry_patches=f"patching a function's entry {_NOT_YET}",
+               syscall_rewound=True,
                no_fork_copy=f"the target's copy for the leak check {_NOT_YET}",
-               no_python_frames=f"reading Python frames {_NOT_YET}")
+               no_python_frames=f"reading Python frames {_NOT_YET}",
+               no_prologue_rows=f"deriving unwind rows from prologues {_NOT_YET}")
 
 # The one this build is for.
 HOST = {"x86-64": X86_64, "aarch64": AARCH64}[getattr(_native, "ARCH_NAME", "x86-64")]

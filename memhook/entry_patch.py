@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _native
+from . import _native, arch
 from .allocators import STT_FUNC
 
-JMP_LEN = 5                        # E9 rel32: what the entry becomes
+JMP_LEN = 5                        # E9 rel32: what the entry becomes (AArch64: inject/entry_a64.py)
 CELL = _native.ENTRY_CELL          # bytes per patched function in the area (segment.h)
 STUB = _native.ENTRY_STUB          # the cell's stubs (the hook library writes them), then the
                                    # trampoline
 MAX_ORIGINAL = _native.ENTRY_ORIGINAL  # bytes of the function's start the plan keeps
 MAX_PATCHES = _native.MAX_ENTRIES  # functions per target
-NEAR = 1 << 31
+NEAR = 1 << 31 if arch.HOST is arch.X86_64 else 1 << 27  # the jump's reach: rel32, or B's
 
 
 class Refused(Exception):
@@ -52,6 +52,8 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
     """The plan for one function: `body` is its code as mapped at `address` (its symbol's
     `size` bytes; at least MAX_ORIGINAL when the size is unknown). `parts`: (address, code) of
     the pieces the compiler split off it (`name.cold`), which jump back into its body."""
+    if arch.HOST is arch.AARCH64:
+        return _plan_a64(name, hook_id, address, size, body, cell, parts)
     # (imported here: most attaches patch no entry, and iced-x86 takes 10 ms to import)
     from iced_x86 import BlockEncoder, Code, Decoder, FlowControl, Instruction, OpKind
     branches = (FlowControl.UNCONDITIONAL_BRANCH, FlowControl.CONDITIONAL_BRANCH,
@@ -101,6 +103,22 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
                       f"a cell holds")
     return EntryPlan(name, hook_id, address, length, bytes(body[:MAX_ORIGINAL]), cell, code)
 
+
+
+def _plan_a64(name: str, hook_id: int, address: int, size: int, body: bytes, cell: int,
+              parts) -> EntryPlan:
+    from .inject import entry_a64
+    if abs(cell - address) >= NEAR - CELL:
+        raise Refused(f"{name}: no memory for its trampoline within 128 MiB")
+    try:
+        at, length, code = entry_a64.plan(name, address, size, body, cell + STUB, parts)
+    except entry_a64.Unrelocatable as e:
+        raise Refused(str(e)) from None
+    if STUB + len(code) > CELL:
+        raise Refused(f"{name}: its relocated instruction takes {len(code)} bytes, more than "
+                      "a cell holds")
+    skip = at - address
+    return EntryPlan(name, hook_id, at, length, bytes(body[skip:skip + MAX_ORIGINAL]), cell, code)
 
 
 def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
@@ -182,7 +200,8 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     maps = read_maps(pid)
     area = kept_area[0] or area_address(maps, [a for a, _ in ordered], size)
     if not area or (kept_area[0] and kept_area[1] < size):
-        return [], 0, 0, [(n, "no free memory for trampolines within 2 GiB of it")
+        reach = "2 GiB" if NEAR == 1 << 31 else "128 MiB"
+        return [], 0, 0, [(n, f"no free memory for trampolines within {reach} of it")
                           for _, (n, _) in ordered]
     plans, refused = [], []
     with Memory(pid) as mem:

@@ -322,10 +322,6 @@ class Session:
         self.entry_plans = []
         kept_area = (0, 0)
         direct = [f for f in self.allocators if f.hooked and not f.own_calls]
-        if direct and arch.HOST.no_entry_patches:  # (said on each family's line)
-            for f in direct:
-                f.refused.extend((n, arch.HOST.no_entry_patches) for n in f.hooked)
-            return plans, area
         if layout.hook_library_base and direct:
             offset = elf.exported_offsets(layout.hook_library_file).get("memhook_entry_area")
             if offset is not None:  # (an older memhook's library has none)

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from . import _native, disk_cache, prologue_rows
+from . import _native, arch, disk_cache, prologue_rows
 
 CACHE_VERSION = 6  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
 # 5: rows from an .eh_frame without its search table, and the count of exported functions;
@@ -78,6 +78,8 @@ def with_derived_rows(file: str, rows: bytes) -> tuple[bytes, list]:
     (prologue_rows.py); [(start, end)] of those functions (link-time addresses)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
+    if arch.HOST.no_prologue_rows:  # (the prologue reader decodes x86-64 only so far)
+        return rows, []
     try:
         with open(file, "rb") as f:
             elf = ELFFile(f)

@@ -8,6 +8,11 @@
 #   scripts/arm64.sh run DIR        boot it with DIR shared at /host, run DIR/guest.sh there as
 #                                   root, power off; its output is DIR/guest.out, its exit
 #                                   status DIR/guest.rc (none: the guest never got to the end)
+#   scripts/arm64.sh test [ARGS]    the arm64 tier: memhook cross-built on this host against the
+#                                   root (scripts/aarch64-toolchain.cmake), then the tests marked
+#                                   arm64 run in the guest by its own python3 (pytest ARGS too),
+#                                   their targets compiled there by its gcc; pytest's output,
+#                                   ending with its summary line, and its exit status
 #
 # The guest boots with an init script of ours instead of systemd (a test starts about 10 s after
 # launch), from the disk image in snapshot mode (nothing it writes outlives the boot), two cores,
@@ -21,7 +26,7 @@ suite=bookworm
 # host cross-builds memhook against (kept beside the disk as root/).
 packages=linux-image-arm64,mount,mawk,gcc,g++,libc6-dev,gdb,python3,kmod,procps
 packages+=,python3-pyelftools,python3-numpy,python3-pytest,python3-venv,libdw-dev,libelf-dev
-packages+=,python3-dev
+packages+=,python3-dev,python3-capstone,libjemalloc-dev
 # Modules the initramfs loads to reach the root; 9p's come from the root itself.
 initramfs_modules="virtio_pci virtio_mmio virtio_blk ext4"
 stamp="$suite $packages $initramfs_modules v2"
@@ -124,8 +129,57 @@ run() {
   return "$(cat "$dir/guest.rc")"
 }
 
+# memhook for the guest: the hook library and the consumer module cross-built against the root
+# (its libdw, its Python's headers), in a build folder kept beside the cache; the package staged
+# in DIR/pkg as pip would install it.
+cross_build() {
+  local dir=$1 build=${MEMHOOK_ARM64_BUILD:-$(dirname "$cache")/arm64-build} tools
+  tools=$(dirname "$cache")/arm64-tools
+  [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
+  "$tools/bin/python" -c 'import pybind11' 2> /dev/null || "$tools/bin/pip" install -q pybind11
+  MEMHOOK_SYSROOT=$cache/root cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_TOOLCHAIN_FILE="$repo/scripts/aarch64-toolchain.cmake" \
+    -Dpybind11_DIR="$("$tools/bin/python" -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
+    -DPython_INCLUDE_DIR="$cache/root/usr/include/python3.11" \
+    -DPYTHON_MODULE_EXTENSION=.cpython-311-aarch64-linux-gnu.so > "$build.log" 2>&1 &&
+  MEMHOOK_SYSROOT=$cache/root cmake --build "$build" -j "$(nproc)" >> "$build.log" 2>&1 || {
+    tail -30 "$build.log" >&2
+    return 1
+  }
+  mkdir -p "$dir/pkg"
+  cp -r "$repo/memhook" "$dir/pkg/"
+  cp "$build"/_native.*.so "$build/libmemhook_hook.so" "$dir/pkg/memhook/"
+}
+
+tier() {
+  build
+  local dir status=0
+  dir=$(mktemp -d /tmp/memhook-arm64.XXXXXX)
+  trap 'rm -rf "$dir"' RETURN
+  cross_build "$dir"
+  cp -r "$repo/tests" "$repo/pyproject.toml" "$dir/"
+  : > "$dir/pytest-args"
+  [ $# -eq 0 ] || printf '%s\n' "$@" > "$dir/pytest-args"
+  cat > "$dir/guest.sh" <<"EOF"
+#!/bin/sh
+# In the guest: the tests marked arm64, by the guest's own python3, gcc and gdb.
+export PYTHONPATH=/host/pkg PYTHONDONTWRITEBYTECODE=1
+uname -m
+cp -r /host/tests /host/pyproject.toml /tmp/
+cd /tmp
+xargs -d "\n" -a /host/pytest-args python3 -m pytest -p no:cacheprovider -m arm64 -rfE \
+  $(grep -l "mark.arm64" tests/integration/*.py)
+EOF
+  chmod +x "$dir/guest.sh"
+  run "$dir" || status=$?
+  cat "$dir/guest.out" 2> /dev/null
+  return $status
+}
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
 case ${1:-} in
   build) build ;;
   run) [ $# -eq 2 ] || { echo "usage: scripts/arm64.sh run DIR" >&2; exit 2; }; run "$2" ;;
-  *) echo "usage: scripts/arm64.sh build | run DIR" >&2; exit 2 ;;
+  test) shift; tier "$@" ;;
+  *) echo "usage: scripts/arm64.sh build | run DIR | test [PYTEST ARGS]" >&2; exit 2 ;;
 esac

@@ -94,7 +94,7 @@ uint8_t* map_area(const Control* c) {
 // offset in every thread (initial-exec TLS; musl's dlopen gives each thread its own block).
 uint64_t write_stubs(uint8_t* cell, uint32_t hook_id) {
   void* hook = g_hook_fn[hook_id];
-  uint8_t* const trampoline = cell + kEntryStub;
+  [[maybe_unused]] uint8_t* const trampoline = cell + kEntryStub;  // (the inline samplers')
   memset(cell, 0xcc, kEntryStub);
   uint8_t* target = cell;
 #if !defined(MEMHOOK_MUSL) && MEMHOOK_INLINE_SAMPLERS

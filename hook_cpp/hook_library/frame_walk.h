@@ -44,7 +44,7 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   for (uint32_t i = 0; i < n; i++) c->words[i].addr &= ~WalkWords::kUnused;  // compared as pairs
   for (uint32_t i = n; i < w.n; i++)
     if (!(c->words[i].addr & WalkWords::kUnused)) c->words[n++] = c->words[i];
-  const uint32_t nsteps = n - 2 * npairs;
+  [[maybe_unused]] const uint32_t nsteps = n - 2 * npairs;  // (the hand-written entry's)
   c->frame = (uint64_t)from.frame;
   c->sp = (uint64_t)from.ret;
   c->nwords = n;

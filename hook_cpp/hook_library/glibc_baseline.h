@@ -6,7 +6,9 @@
 // fstat, versioned 2.33 (before it, a macro over __fxstat), is a system call in lifecycle.h.
 #pragma once
 
-#define MEMHOOK_OLDEST(name) __asm__(".symver " #name "," #name "@GLIBC_2.2.5")
+#include "arch.h"  // MEMHOOK_GLIBC_FIRST
+
+#define MEMHOOK_OLDEST(name) __asm__(".symver " #name "," #name "@" MEMHOOK_GLIBC_FIRST)
 MEMHOOK_OLDEST(dlopen);
 MEMHOOK_OLDEST(dlsym);
 MEMHOOK_OLDEST(dladdr);

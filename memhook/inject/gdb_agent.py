@@ -93,10 +93,13 @@ def every_signal_blocked(pid, tid):
 
 def stopped_after_syscall(P, pc):
     """Whether the selected thread, at `pc`, is stopped right after a system call instruction:
-    blocked in the kernel."""
+    blocked in the kernel. (On AArch64 the kernel has already rewound the pc of a call it will
+    restart to the instruction itself when the stop is reported.)"""
     syscall = bytes.fromhex(P["arch"]["syscall_insn"])
     try:
-        return bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall
+        if bytes(INF.read_memory(pc - len(syscall), len(syscall))) == syscall:
+            return True
+        return P["arch"]["syscall_rewound"] and bytes(INF.read_memory(pc, len(syscall))) == syscall
     except gdb.MemoryError:
         return False
 

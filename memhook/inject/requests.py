@@ -12,7 +12,8 @@ from ..arch import HOST
 def arch_layout() -> dict:
     """What the agent needs of the target's processor (memhook/arch.py)."""
     return {"gdb_sp": HOST.gdb_sp, "gdb_pc": HOST.gdb_pc, "red_zone": HOST.red_zone,
-            "stack_align": HOST.stack_align, "syscall_insn": HOST.syscall_insn}
+            "stack_align": HOST.stack_align, "syscall_insn": HOST.syscall_insn,
+            "syscall_rewound": HOST.syscall_rewound}
 
 
 def control_layout() -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import time
 from pathlib import Path
@@ -15,7 +16,9 @@ from conftest import Memhook, build, run_memhook, short_sessions, traced
 from test_safety import killed_once_attached
 from test_whole_stacks import gdb_stack, memhook_stacks
 
-JEMALLOC_A = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.a")
+MACHINE = platform.machine()  # x86_64, aarch64 (scripts/arm64.sh)
+JEMALLOC_A = Path(f"/usr/lib/{MACHINE}-linux-gnu/libjemalloc.a")
+NO_ASLR = ["setarch", MACHINE, "-R"]
 LEAKS = {"leak_malloc": (1000, 10, ["malloc"]), "leak_calloc": (999, 1, ["calloc"]),
          "leak_realloc": (2002, 1, ["realloc"]), "leak_memalign": (3003, 1, ["posix_memalign"]),
          "leak_mallocx": (200, 1, ["mallocx"]), "leak_rallocx": (4004, 1, ["rallocx"]),
@@ -67,6 +70,17 @@ def target_bytes(pid: int, address: int, n: int) -> bytes:
         return mem.read(n)
 
 
+def entry_patched(now: bytes) -> bool:
+    """Whether a function's first bytes in the target are memhook's jump: a jmp rel32, or on
+    AArch64 a B, over the first instruction or the one after a landing pad (BTI, PACIASP)."""
+    if MACHINE == "x86_64":
+        return now[0] == 0xE9
+    words = [int.from_bytes(now[i:i + 4], "little") for i in (0, 4)]
+    pads = {0xd503241f, 0xd503245f, 0xd503249f, 0xd50324df, 0xd503233f, 0xd503237f}
+    return words[0] & 0xfc000000 == 0x14000000 or (
+        words[0] in pads and words[1] & 0xfc000000 == 0x14000000)
+
+
 def jump_target(pid: int, exe: Path, name: str) -> int:
     """Where the patched entry's jmp rel32 goes."""
     now, _ = entry_bytes(pid, exe, name, 5)
@@ -79,15 +93,16 @@ def jump_target(pid: int, exe: Path, name: str) -> int:
     return lo + sym["st_value"] + 5 + int.from_bytes(now[1:5], "little", signed=True)
 
 
+@pytest.mark.arm64
 def test_linked_allocator_entry_patched_exact(tmp_path, linked_jemalloc, targets):
     """jemalloc linked into the executable: its malloc, calloc, realloc, posix_memalign and free,
     and its own API (mallocx, rallocx, xallocx, sdallocx, dallocx) are entry-patched, every
     call exact with gdb's stack (xallocx's in-place resize included); detach puts every entry
     back as the file has it, and the target runs on."""
     exe = linked_jemalloc
-    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    target = targets(exe, argv=[*NO_ASLR, str(exe)])
     mh = Memhook(target.pid, tmp_path)
-    assert entry_bytes(target.pid, exe, "malloc")[0][0] == 0xE9  # jmp rel32
+    assert entry_patched(entry_bytes(target.pid, exe, "malloc")[0])
     target.command("leak")
     target.command("churn")
     report = mh.stop()
@@ -157,6 +172,7 @@ def test_allocator_statistics_read_inside_the_target(tmp_path, linked_jemalloc, 
     assert target.finish() == 0
 
 
+@pytest.mark.arm64
 def test_kill_9_then_attach_again(tmp_path, linked_jemalloc, targets):
     """memhook killed -9 while attached: the entries keep passing calls through (the target
     cannot rewrite code while its threads run); a new memhook takes them over, exact."""
@@ -205,7 +221,7 @@ def test_sampling_through_entry_patches(tmp_path, linked_jemalloc, targets, rate
     nothing to report, and the target runs on. Either way detach puts the entries back."""
     from iced_x86 import Decoder
     exe = linked_jemalloc
-    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    target = targets(exe, argv=[*NO_ASLR, str(exe)])
     mh = Memhook(target.pid, tmp_path, "--sample-rate", rate)
     for name, first in (("malloc", "sub fs:"), ("free", "test rdi,rdi")):
         at = jump_target(target.pid, exe, name)
@@ -287,7 +303,7 @@ def test_linked_tcmalloc_exact(tmp_path, targets):
     lib = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.a")
     require(lib, "libgoogle-perftools-dev")
     exe = build(tmp_path, "tcmalloc_leaks.cpp", libs=[str(lib)])
-    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    target = targets(exe, argv=[*NO_ASLR, str(exe)])
     mh = Memhook(target.pid, tmp_path)
     target.command("leak")
     target.command("churn")
@@ -377,7 +393,7 @@ def test_rust_allocations_exact_and_named(tmp_path, rust_programs, targets, prog
     what it knows), Rust's shims are entry-patched, frames are named as gdb names them and the
     stack of a leak is gdb's backtrace from that function out."""
     exe = rust_programs / program
-    target = targets(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    target = targets(exe, argv=[*NO_ASLR, str(exe)])
     mh = Memhook(target.pid, tmp_path)
     leaked = dict(kv.split("=") for kv in target.ask("leak", "leaked").split()[1:])
     target.command("churn")

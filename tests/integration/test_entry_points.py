@@ -87,6 +87,7 @@ def check_report(report):
         assert "memhook" not in (s["frames"][0]["module"] or "")
 
 
+@pytest.mark.arm64
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_entry_point_exact(tmp_path, targets, variant):
     exe = build(tmp_path, "entry_points.cpp", flags=VARIANTS[variant])

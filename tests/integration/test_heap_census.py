@@ -79,6 +79,7 @@ def check_census(census: dict, own: dict, module: str) -> None:
     assert 30 << 20 <= census["trimmable_bytes"] <= 33 << 20
 
 
+@pytest.mark.arm64
 def test_census_of_the_heap_before_attach(tmp_path, targets):
     """What the issue's target held before attach, as the report gives it: classes exact, free
     space per arena against malloc_stats, the resident table still summing to smaps with the

@@ -9,7 +9,7 @@ from conftest import ITERS, LEAKS, TARGETS, WORKERS, Memhook, build, site
 from memhook.procfs import read_maps
 
 
-
+@pytest.mark.arm64
 def test_threads_and_cross_thread_frees(tmp_path, targets):
     target = targets(build(tmp_path, "threads.c"))
     mh = Memhook(target.pid, tmp_path)
@@ -50,6 +50,7 @@ def test_allocated_before_attach_freed_after(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.arm64
 def test_library_loaded_after_attach(tmp_path, targets):
     target, plugin = lifecycle(tmp_path, targets)
     relocs = subprocess.run(["readelf", "-rW", str(plugin)], capture_output=True,
@@ -90,6 +91,7 @@ def test_size_filter_inclusive(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.arm64
 def test_detach_then_attach_again(tmp_path, targets):
     target, _ = lifecycle(tmp_path, targets)
     first = Memhook(target.pid, tmp_path)
@@ -117,6 +119,7 @@ def use_comparison(monkeypatch, compare):
         monkeypatch.setenv("MEMHOOK_NO_AVX512", "1")
 
 
+@pytest.mark.arm64
 @COMPARISONS
 def test_backtrace_depth(tmp_path, targets, monkeypatch, compare):
     """40 allocations from one stack 60 frames deep: the first walks, the rest find the stack in

@@ -264,6 +264,7 @@ def report_otlp(capture, tmp_path):
     return out
 
 
+@pytest.mark.arm64
 def test_a_block_held_in_dynamic_tls_is_reachable(tmp_path):
     """A dlopen'ed library's __thread variable lives in a block the loader mallocs on first
     touch, through no slot memhook patches: found through the thread's DTV, it is a root, and

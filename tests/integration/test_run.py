@@ -48,6 +48,7 @@ def functions(s: dict) -> list:
     return [f["function"] for f in s["frames"]]
 
 
+@pytest.mark.arm64
 def test_constructors_and_static_initializers_are_traced(tmp_path, launched):
     """A library constructor's 1111 bytes and a static initializer's 2222 are reported with
     their stacks (the loader's _dl_init; __libc_start_main), main's 3 x 1000 exactly; the
@@ -76,6 +77,7 @@ def test_constructors_and_static_initializers_are_traced(tmp_path, launched):
 @pytest.mark.parametrize("args,code,reason", [
     (("exit", "0"), 0, "program exited with code 0"),
     (("segv",), 128 + signal.SIGSEGV, "program killed by SIGSEGV")])
+@pytest.mark.arm64
 def test_exit_code_passthrough(tmp_path, launched, args, code, reason):
     """Exit 0 is 0; death by SIGSEGV is 139, and the report and capture are still written with
     what was outstanding when it died."""

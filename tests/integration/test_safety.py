@@ -22,6 +22,7 @@ def killed_once_attached(pid: int, unhook_after: str) -> None:
     mh.wait()
 
 
+@pytest.mark.arm64
 def test_memhook_killed_target_unhooks_itself(tmp_path, targets):
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")
@@ -57,12 +58,14 @@ def forks_while_attached(target, tmp_path) -> None:
     assert report["totals"]["unknown_free_count"] == 0
 
 
+@pytest.mark.arm64
 def test_fork_child_runs_and_parent_stays_exact(tmp_path, targets):
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     forks_while_attached(target, tmp_path)
     assert target.finish() == 0
 
 
+@pytest.mark.arm64
 def test_target_execs_while_attached(tmp_path, targets):
     exe = build(tmp_path, "lifecycle.c")
     target = targets(exe, "/nonexistent.so")

@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from conftest import Memhook, Target, build, report_json, run_memhook, site
 
 
@@ -18,6 +20,7 @@ def snapshot_taken(mh: Memhook, number: int) -> str:
     return mh.lines.expect(f"memhook: snapshot {number} of PID")
 
 
+@pytest.mark.arm64
 def test_two_snapshots_on_demand_and_their_diff(tmp_path):
     """SIGUSR1 to memhook, then `memhook snapshot TARGET_PID`: two snapshots, each printed and
     in the capture; their diff is exactly what the target allocated between them, and each

@@ -98,6 +98,7 @@ CASES = [
 ]
 
 
+@pytest.mark.arm64
 def test_leaks_have_gdbs_stack(tmp_path, frameless):
     exe = frameless
     target = Target(exe, argv=["setarch", "x86_64", "-R", str(exe)])

@@ -122,3 +122,58 @@ def test_a_function_without_a_size_is_scanned_as_far_as_its_call_frame_entry(tmp
         body = text.data()[address - text["sh_addr"]:][:size]
     with pytest.raises(entry_patch.Refused, match="lands inside"):
         entry_patch.plan("unsized_loops_back", 1, address, size, body, address + FAR)
+
+
+# AArch64 (issue 46): the planner's relocation of each instruction that reads the PC, run. The
+# shapes (native/entry_shapes_a64.S) are cross-built into a static harness with their
+# trampolines, which qemu-user runs with pointer authentication on (its "max" CPU): every shape
+# must return the same directly and through its trampoline.
+A64_SHAPES = ["adrp", "adr", "ldr", "ldrsw", "ldr_w", "ldr_d", "b", "cbz", "tbnz", "bcond",
+              "plain", "pac", "bti"]
+
+
+@pytest.fixture(scope="module")
+def a64_harness(tmp_path_factory):
+    out = tmp_path_factory.mktemp("a64") / "harness"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-static", "-no-pie", "-O1", "-march=armv8.5-a",
+                    str(NATIVE / "entry_harness_a64.c"), str(NATIVE / "entry_shapes_a64.S"),
+                    "-o", str(out)], check=True)
+    with open(out, "rb") as f:
+        elf = ELFFile(f)
+        symbols = {s.name: s["st_value"] for s in elf.get_section_by_name(".symtab").iter_symbols()
+                   if s.name.startswith("shape_")}
+        text = elf.get_section_by_name(".text")
+        data, base = text.data(), text["sh_addr"]
+    return out, {n: (a, data[a - base:a - base + 64]) for n, a in symbols.items()}
+
+
+def a64_plan(shapes, name, cell):
+    from memhook.inject import entry_a64
+    address, body = shapes[f"shape_{name}"]
+    return entry_a64.plan(name, address, 0, body, cell)
+
+
+def test_a64_trampolines_do_what_the_entries_did(tmp_path, a64_harness):
+    exe, shapes = a64_harness
+    lines, moved = [], {}
+    for i, name in enumerate(A64_SHAPES):
+        cell = 0x4000000 + 128 * i
+        at, length, code = a64_plan(shapes, name, cell)
+        moved[name] = at - shapes[f"shape_{name}"][0]
+        lines.append(f"{name} {cell:x} {code.hex()}")
+    (tmp_path / "trampolines").write_text("\n".join(lines) + "\n")
+    out = subprocess.run(["qemu-aarch64-static", "-cpu", "max", str(exe),
+                          str(tmp_path / "trampolines")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    results = [line.split() for line in out.splitlines()]
+    assert sorted({r[0] for r in results}) == sorted(A64_SHAPES), out
+    assert all(direct == through for _, direct, through in results), out
+    assert {r[1] for r in results if r[0] == "bcond"} == {"5", "6"}  # (both ways taken)
+    # landing pads stay where they are: the instruction after them moves
+    assert moved == {n: 4 if n in ("pac", "bti") else 0 for n in A64_SHAPES}
+
+
+def test_a64_branch_onto_the_moved_instruction_refused(a64_harness):
+    from memhook.inject import entry_a64
+    with pytest.raises(entry_a64.Unrelocatable, match="lands on the instruction"):
+        a64_plan(a64_harness[1], "loop", 0x4000000)

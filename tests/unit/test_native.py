@@ -41,6 +41,8 @@ def test_consumer_parts_on_aarch64(tmp_path, cpu):
                           ("qemu-aarch64-static", "-cpu", cpu))
     checks, failed = (int(x) for x in out.split()[-3::2])
     assert failed == 0 and checks > 10, out
+    # the return addresses it stripped were signed where the CPU has PAC, and only there
+    assert f"signed {int(cpu == 'max')}" in out, out
 
 
 def sampled(tmp_path: Path, rate: int, count: int, size: int) -> int:

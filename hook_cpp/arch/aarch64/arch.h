@@ -22,6 +22,9 @@ namespace arch {
 // No hand-written malloc entry yet: malloc's every-call entry is the compiled hook
 // (entry_points.h), as every other function's is.
 #define MEMHOOK_MALLOC_ENTRY 0
+// The symbol version of glibc's first release for this processor (hook_library/
+// glibc_baseline.h).
+#define MEMHOOK_GLIBC_FIRST "GLIBC_2.17"
 
 constexpr int kElfMachine = EM_AARCH64;  // the e_machine of the objects this build handles
 constexpr const char* kName = "aarch64";

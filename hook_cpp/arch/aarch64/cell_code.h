@@ -29,13 +29,20 @@ inline bool jumps_to(const uint8_t* at, uint64_t to) {
   return (uint64_t)at + off == to;
 }
 
-// LDR x16, #8; BR x16; the address: to anywhere. 16 bytes. x16 (IP0) is the register a veneer
-// or PLT stub may clobber between any call and its callee, so no caller expects it kept.
+// The stub a patched entry branches to: XPACLRI, then LDR x16 / BR x16 to the hook, anywhere.
+// 24 bytes. A function whose first instruction signs the return address (PACIASP, kept where it
+// is: memhook patches the instruction after it) has signed x30 by the time it gets here; the hook
+// returns through x30 as any function does, so the stub strips it first (a no-op for an unsigned
+// one, and on a processor without PAC). x16 (IP0) is the register a veneer or PLT stub may
+// clobber between any call and its callee, so no caller expects it kept.
 inline size_t jump_abs(uint8_t* at, const void* to) {
-  static const uint32_t kLdrBr[2] = {0x58000050u, 0xd61f0200u};  // ldr x16, .+8; br x16
-  memcpy(at, kLdrBr, 8);
-  memcpy(at + 8, &to, 8);
-  return 16;
+  static const uint32_t kStub[4] = {0xd50320ffu,   // xpaclri
+                                    0x58000070u,   // ldr x16, .+12 (the address below)
+                                    0xd61f0200u,   // br x16
+                                    0xd4200000u};  // brk #0 (never reached)
+  memcpy(at, kStub, 16);
+  memcpy(at + 16, &to, 8);
+  return 24;
 }
 
 // The thread pointer (TPIDR_EL0): a variable of initial-exec TLS lies at the same offset from it

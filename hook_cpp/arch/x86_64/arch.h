@@ -16,6 +16,9 @@ namespace arch {
 // malloc's every-call entry is written by hand here (malloc_entry.S: the recent stack compared
 // with SSE4.1 or AVX-512); a processor without one gets the compiled hook (entry_points.h).
 #define MEMHOOK_MALLOC_ENTRY 1
+// The symbol version of glibc's first release for this processor: what the library binds its
+// versioned imports to (hook_library/glibc_baseline.h).
+#define MEMHOOK_GLIBC_FIRST "GLIBC_2.2.5"
 
 constexpr int kElfMachine = EM_X86_64;  // the e_machine of the objects this build handles
 constexpr const char* kName = "x86-64";

@@ -210,8 +210,26 @@ static void arch_parts() {
   CHECK(arch::cpu_supported(&avx512));
 }
 
+// A return address as a frame record holds it: signed where the build and the processor have
+// pointer authentication (AArch64's -mbranch-protection, qemu's "max" CPU), then stripped by
+// arch::return_address to where the call returns. (Printed: whether it was signed at all.)
+__attribute__((noinline)) uint64_t stored_return_address() {
+  asm volatile("" ::: "memory");
+  return ((uint64_t*)__builtin_frame_address(0))[1];
+}
+__attribute__((noinline)) void return_addresses() {
+  uint64_t stored = stored_return_address();
+  const uint64_t here = (uint64_t)&&after;  // the call returns just before this label
+after:
+  const uint64_t ret = arch::return_address(stored);
+  CHECK(ret <= here && here - ret < 64);
+  CHECK(arch::return_address(ret) == ret);
+  printf("signed %d\n", stored != ret);
+}
+
 int main() {
   arch_parts();
+  return_addresses();
   stack_table();
   live_map();
   event_times();
