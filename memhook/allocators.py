@@ -5,7 +5,7 @@ memhook patches GOT slots. A function an object exports is reached through slots
 object, and by the object itself where it calls its own exported functions through its PLT (as
 shared libraries do). An executable calls what it defines directly: an allocator linked into it
 (jemalloc built into Redis or ClickHouse, tcmalloc into Envoy, Rust's allocator shims) is
-reached by entry patches (entry_patch.py). A function of a family that memhook has no hook for
+reached by entry patches (entry_patch/). A function of a family that memhook has no hook for
 (mimalloc's mi_heap_*, mi_strdup) is named as not traced, at attach and in the report.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Found:
     family: str
     names: list      # ELF names
     own_calls: bool  # the object's own calls pass through slots (a shared library)
-    patched: list = field(default_factory=list)  # entry-patched (entry_patch.py)
+    patched: list = field(default_factory=list)  # entry-patched (entry_patch/)
     refused: list = field(default_factory=list)  # (name, why) not entry-patched
 
     @property

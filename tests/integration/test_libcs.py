@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, assert_restored, run_memhook, site, slot_values
+from conftest import (NO_ASLR, TARGETS, Memhook, Target, assert_restored, run_memhook, site,
+                      slot_values)
 from test_safety import forks_while_attached, killed_once_attached
 from test_whole_stacks import CASES, FRAMELESS, WALK, gdb_stack, memhook_stacks
 
@@ -210,7 +211,7 @@ def test_frameless_stacks_equal_the_roots_gdb(tmp_path, place):
                 "-o libframeless_lib.so && "
                 f"g++ {' '.join(FRAMELESS)} -Wl,-z,lazy -I. frameless.cpp -o frameless "
                 f"-L. -lframeless_lib -Wl,-rpath,{place.inside(d)} -ldl")
-    target = started(place, exe, prefix=["setarch", "x86_64", "-R"])
+    target = started(place, exe, prefix=NO_ASLR)
     mh = Memhook(target.pid, tmp_path)
     for command, *_ in STACK_CASES:
         target.command(command)
@@ -346,7 +347,7 @@ def test_musl_every_call_exact_and_whole_stacks(tmp_path, musl_target, targets):
     stacks equal gdb's bt, return address by return address; strdup's stack goes through
     musl's libc, which has no call-frame information for it, by rows derived from its machine
     code, and the report says so in one line."""
-    target = targets(musl_target, argv=["setarch", "x86_64", "-R", str(musl_target)])
+    target = targets(musl_target, argv=[*NO_ASLR, str(musl_target)])
     mh = Memhook(target.pid, tmp_path)
     assert f", musl {musl_version()}): " in mh.attached_line, mh.attached_line
     target.command("each")
@@ -410,7 +411,7 @@ def test_musl_frameless_stacks_reach_main(tmp_path, musl_frameless, targets, com
     (between them, its prologue analysis reads junk frames; past them, it stops short of the
     caller), and the caller's and main's return addresses, as `finish` out of musl's function
     and a bt in the caller give them."""
-    target = targets(musl_frameless, argv=["setarch", "x86_64", "-R", str(musl_frameless)])
+    target = targets(musl_frameless, argv=[*NO_ASLR, str(musl_frameless)])
     mh = Memhook(target.pid, tmp_path)
     target.command(command)
     report = mh.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TARGETS, Memhook, Target, run_memhook, traced
+from conftest import NO_ASLR, TARGETS, Memhook, Target, run_memhook, traced
 from memhook import _native
 
 FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
@@ -101,7 +101,7 @@ CASES = [
 @pytest.mark.arm64
 def test_leaks_have_gdbs_stack(tmp_path, frameless):
     exe = frameless
-    target = Target(exe, argv=["setarch", "x86_64", "-R", str(exe)])
+    target = Target(exe, argv=[*NO_ASLR, str(exe)])
     try:
         mh = Memhook(target.pid, tmp_path)
         for command, *_ in CASES:

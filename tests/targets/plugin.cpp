@@ -4,7 +4,8 @@
 #include <new>
 #define NOINLINE __attribute__((noinline))
 
-// Initialised data pointing at malloc: an R_X86_64_64 relocation in this PIC library.
+// Initialised data pointing at malloc: an absolute relocation in this PIC library
+// (R_X86_64_64, R_AARCH64_ABS64).
 void* (*volatile table_alloc)(size_t) = malloc;
 
 NOINLINE void plugin_leak_new() { for (int i = 0; i < 8; i++) memset(::operator new(777), 1, 1); }

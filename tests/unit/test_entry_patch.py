@@ -148,7 +148,7 @@ def a64_harness(tmp_path_factory):
 
 
 def a64_plan(shapes, name, cell):
-    from memhook.inject import entry_a64
+    from memhook.entry_patch import a64 as entry_a64
     address, body = shapes[f"shape_{name}"]
     return entry_a64.plan(name, address, 0, body, cell)
 
@@ -174,6 +174,6 @@ def test_a64_trampolines_do_what_the_entries_did(tmp_path, a64_harness):
 
 
 def test_a64_branch_onto_the_moved_instruction_refused(a64_harness):
-    from memhook.inject import entry_a64
+    from memhook.entry_patch import a64 as entry_a64
     with pytest.raises(entry_a64.Unrelocatable, match="lands on the instruction"):
         a64_plan(a64_harness[1], "loop", 0x4000000)

@@ -1,5 +1,5 @@
 // AArch64 functions whose first instruction reads the PC (or is a landing pad), for the entry
-// planner's relocation (memhook/inject/entry_a64.py; tests/unit/test_entry_patch.py): each is
+// planner's relocation (memhook/entry_patch/a64.py; tests/unit/test_entry_patch.py): each is
 // called once directly and once through the trampoline the planner wrote, under qemu-user
 // (entry_harness_a64.c), and must return the same. x0 in, x0 out.
   .text

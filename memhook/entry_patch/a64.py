@@ -1,4 +1,4 @@
-"""Entry patching on AArch64: the instruction part of memhook/entry_patch.py's plan (issue 46).
+"""Entry patching on AArch64 (issue 46): the instruction part of the plan (entry_patch/).
 
 Every A64 instruction is 4 bytes, so the patch is one B (within 128 MiB of the cell) over one
 instruction, and the trampoline holds that instruction relocated, then a B back to the next one.

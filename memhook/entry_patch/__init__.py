@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _native, arch
-from .allocators import STT_FUNC
+from .. import _native, arch
+from ..allocators import STT_FUNC
 
-JMP_LEN = 5                        # E9 rel32: what the entry becomes (AArch64: inject/entry_a64.py)
+JMP_LEN = 5                        # E9 rel32: what the entry becomes (AArch64: a64.py)
 CELL = _native.ENTRY_CELL          # bytes per patched function in the area (segment.h)
 STUB = _native.ENTRY_STUB          # the cell's stubs (the hook library writes them), then the
                                    # trampoline
 MAX_ORIGINAL = _native.ENTRY_ORIGINAL  # bytes of the function's start the plan keeps
 MAX_PATCHES = _native.MAX_ENTRIES  # functions per target
+LANDING_PAD = 4 if arch.HOST is arch.AARCH64 else 0  # bytes an AArch64 patch may start after
 NEAR = 1 << 31 if arch.HOST is arch.X86_64 else 1 << 27  # the jump's reach: rel32, or B's
 
 
@@ -107,7 +108,7 @@ def plan(name: str, hook_id: int, address: int, size: int, body: bytes, cell: in
 
 def _plan_a64(name: str, hook_id: int, address: int, size: int, body: bytes, cell: int,
               parts) -> EntryPlan:
-    from .inject import entry_a64
+    from . import a64 as entry_a64
     if abs(cell - address) >= NEAR - CELL:
         raise Refused(f"{name}: no memory for its trampoline within 128 MiB")
     try:
@@ -142,7 +143,7 @@ def _symbols(elf, names: set) -> tuple:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
     else the dynamic one, sized by .eh_frame where the symbol has no size; and name ->
     [(address, size)] of their split-off `name.cold` parts."""
-    from .elf import named_symbols
+    from ..elf import named_symbols
     out, parts = {}, {}
     for sec_name in (".symtab", ".dynsym"):
         for name, value, size, info in named_symbols(elf, sec_name, names,
@@ -181,7 +182,7 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     an earlier session's hook library mapped (its cells are planned there again)."""
     from elftools.elf.elffile import ELFFile
 
-    from .procfs import Memory, read_maps
+    from ..procfs import Memory, read_maps
     with open(obj.file, "rb") as f:
         found, split = _symbols(ELFFile(f), set(names))
     by_address: dict = {}  # one patch per function, by its first name in `names`
@@ -207,7 +208,7 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     with Memory(pid) as mem:
         for i, (address, (name, length)) in enumerate(ordered):
             try:
-                body = mem.read(address, max(length, MAX_ORIGINAL))
+                body = mem.read(address, max(length, MAX_ORIGINAL + LANDING_PAD))
                 parts = [(obj.bias + at, mem.read(obj.bias + at, n))
                          for at, n in split.get(name, []) if n]
                 plans.append(plan(name, hook_ids[name], address, length, body, area + i * CELL,
