@@ -137,6 +137,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
   uint64_t pc = ret0;
   bool exact = false;   // pc is an interrupted instruction, not a return address
   bool bp_known = true;
+  uint64_t lr = 0;      // the interrupted link register, while pc is exact (arch.h: AArch64's)
   while (o < end) {
     bool known;
     const uint32_t r = row_for(exact ? pc : pc - 1, &known);
@@ -174,6 +175,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           if (!region.holds(uc + kUcRip)) return *o++ = kFrameUnwindStopped, o;
           const uint64_t rbp = w.read(uc + kUcRbp), rsp = w.read(uc + kUcRsp);
           const uint64_t rip = w.read(uc + kUcRip);
+          if constexpr (arch::kUcLinkRegister != 0) lr = w.read(uc + arch::kUcLinkRegister);
           if (rsp > uc && rsp < region.hi && !(rsp & 7)) {
             region.lo = rsp;
           } else if (region.hi != thread.hi && rsp >= thread.lo && rsp < thread.hi && !(rsp & 7)) {
@@ -199,8 +201,13 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
         return o;
       }
     }
+    // A return address still in the link register (arch.h: ra_slot 0): only an interrupted
+    // function's, which the signal's ucontext holds; its frame may be empty (CFA = sp).
+    const bool ra_in_lr = known && arch::ra_slot(r) == 0;
+    if (ra_in_lr && !exact) return *o++ = kFrameUnwindStopped, o;
     // The CFA strictly increases, and what the frame holds lies on the stack above sp.
-    if (cfa <= sp || !region.holds(cfa - 8) || (bp_at && (bp_at < sp || !region.holds(bp_at))))
+    if ((ra_in_lr ? cfa < sp || cfa >= region.hi : cfa <= sp || !region.holds(cfa - 8)) ||
+        (bp_at && (bp_at < sp || !region.holds(bp_at))))
       return *o++ = known ? kFrameUnwindStopped : kFrameNoUnwindInfo, o;
     if (bp_at) {
       bp = w.read_bp(bp_at);
@@ -209,10 +216,15 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
       w.forget_unused_bp();
       w.bp_is_entry = false;
     }
-    const uint64_t ra_at = cfa - 8 * uint64_t(known ? arch::ra_slot(r) : 1);
-    if (ra_at < sp || !region.holds(ra_at))
-      return *o++ = known ? kFrameUnwindStopped : kFrameNoUnwindInfo, o;
-    const uint64_t ret = arch::return_address(w.read(ra_at));
+    uint64_t ret;
+    if (ra_in_lr) {
+      ret = arch::return_address(lr);
+    } else {
+      const uint64_t ra_at = cfa - 8 * uint64_t(known ? arch::ra_slot(r) : 1);
+      if (ra_at < sp || !region.holds(ra_at))
+        return *o++ = known ? kFrameUnwindStopped : kFrameNoUnwindInfo, o;
+      ret = arch::return_address(w.read(ra_at));
+    }
     if (w.leading && pair) w.pairs++;
     else w.leading = false;
     if (!*cfa1) *cfa1 = cfa;

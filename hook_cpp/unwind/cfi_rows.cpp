@@ -194,8 +194,9 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
   size_t n;
   if (dwarf_frame_register(f, kRegRa, mem, &ops, &n) != 0) return rule(kRowStop);
   if (n == 0 && ops == mem) return rule(kRowEnd);  // undefined: the outermost frame
-  const int64_t ra_at = cfa_relative(ops, n);
-  if (ra_at == INT64_MIN || ra_at >= 0 || ra_at % 8) return rule(kRowStop);
+  const bool ra_kept = n == 0 && !ops;  // same value: still in its register (AArch64's x30)
+  const int64_t ra_at = ra_kept ? 0 : cfa_relative(ops, n);
+  if (!ra_kept && (ra_at == INT64_MIN || ra_at >= 0 || ra_at % 8)) return rule(kRowStop);
   if (dwarf_frame_cfa(f, &ops, &n) != 0 || n != 1) return rule(kRowStop);
   uint64_t reg, off;
   if (ops[0].atom == DW_OP_bregx) {
@@ -207,7 +208,7 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
   } else {
     return rule(kRowStop);
   }
-  if ((reg != kRegRsp && reg != kRegRbp) || int64_t(off) <= 0 || off % 8 ||
+  if ((reg != kRegRsp && reg != kRegRbp) || int64_t(off) < int64_t(!ra_kept) || off % 8 ||
       off / 8 > kMaxCfaWords)
     return rule(kRowStop);
   const RowKind kind = reg == kRegRsp ? kRowRsp : kRowRbp;
@@ -224,7 +225,8 @@ uint32_t rule_of(Dwarf_Frame* f, bool signal) {
       }
     }
   }
-  if (!arch::ra_rule(-ra_at / 8, &rbp, &slot)) return rule(kRowStop);  // (arch.h)
+  if (ra_kept ? !arch::ra_in_register(&rbp, &slot) : !arch::ra_rule(-ra_at / 8, &rbp, &slot))
+    return rule(kRowStop);  // (arch.h)
   return rule(kind, uint32_t(off / 8), rbp, slot);
 }
 

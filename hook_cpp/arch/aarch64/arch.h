@@ -116,7 +116,9 @@ constexpr int kDwarfFramePointer = 29, kDwarfStackPointer = 31, kDwarfReturnAddr
 // whose x29 is saved at slot k has x30 at slot k - 1; a function that keeps x29 (no frame record)
 // saves x30 alone, and the row's slot field, unused for x29, holds x30's. ra_rule: whether CFI's
 // "x30 at CFA - 8 * ra" fits a row with this x29 rule and slot (unwind/cfi_rows.cpp); x30 still
-// in its register (a leaf, a PLT stub) fits none: the walk stops there.
+// in its register (a leaf, a PLT stub, a shrink-wrapped function before its prologue) is slot 0
+// with x29 not saved (ra_in_register): where a signal interrupted such a function the walk takes
+// x30 from the signal's ucontext (kUcLinkRegister), as gdb does; anywhere else it stops.
 constexpr uint32_t ra_slot(uint32_t rule) {
   return rbp_rule(rule) == kRbpSaved ? rbp_slot(rule) - 1 : rbp_slot(rule);
 }
@@ -126,6 +128,12 @@ inline bool ra_rule(int64_t ra, RbpRule* rbp, uint32_t* slot) {
   *slot = uint32_t(ra);
   return true;
 }
+inline bool ra_in_register(RbpRule* rbp, uint32_t* slot) {
+  if (*rbp == kRbpSaved) return false;
+  *slot = 0;
+  return true;
+}
+constexpr uint64_t kUcLinkRegister = 184 + 8 * 30;  // x30 in uc_mcontext.regs
 // The ucontext of a signal frame, from the stack pointer at the signal trampoline
 // (__kernel_rt_sigreturn: struct rt_sigframe is a siginfo, then the ucontext).
 constexpr uint64_t kSignalUcontext = 128;

@@ -125,6 +125,9 @@ constexpr int kDwarfFramePointer = 6, kDwarfStackPointer = 7, kDwarfReturnAddres
 // "return address at CFA - 8 * ra" fits a row with this rbp rule and slot (unwind/cfi_rows.cpp).
 constexpr uint32_t ra_slot(uint32_t /*rule*/) { return 1; }
 inline bool ra_rule(int64_t ra, RbpRule* /*rbp*/, uint32_t* /*slot*/) { return ra == 1; }
+// No link register: a return address is always on the stack (ra_slot never says 0).
+inline bool ra_in_register(RbpRule* /*rbp*/, uint32_t* /*slot*/) { return false; }
+constexpr uint64_t kUcLinkRegister = 0;
 // The ucontext of a signal frame, from the stack pointer at the signal trampoline
 // (__restore_rt: `ret` popped pretcode, the ucontext follows).
 constexpr uint64_t kSignalUcontext = 0;
