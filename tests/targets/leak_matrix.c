@@ -50,6 +50,7 @@ int main(void) {
   while (harness_next(cmd, sizeof cmd)) {
     if (!strcmp(cmd, "all")) {
       case1(); case2(); case3(); case4(); case5(); case6(); case7(); case8(); case9();
+      harness_scrub();
     }
     harness_done();
   }
