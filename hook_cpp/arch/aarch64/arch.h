@@ -1,12 +1,9 @@
 // What the C++ code needs of an AArch64 processor: the same names as arch/x86_64/arch.h (issue 46).
 //
-// Not yet whole: this folder has what the consumer's parts need (the clock, the countdown, the
-// relocations, the DWARF and ucontext numbers), which the native unit tier builds and runs under
-// qemu-user. Still missing before the hook library builds here: malloc_entry.S and
-// asm_offsets.cpp, the PLT stub rows, and three seams x86-64 did not need: the thread pointer
-// (TPIDR_EL0, read with PTRACE_GETREGSET NT_ARM_TLS, not among the general registers:
-// reachability/dynamic_tls.h), a system call's number and result in different registers (x8,
-// x0) and its restart without orig_x0 in user_pt_regs (reachability/forked_image.h).
+// Beside it: hook_frame.h (where a hook was called from), cell_code.h (an entry patch's B and
+// stub), plt_rows.h. Not here yet: a hand-written malloc entry (MEMHOOK_MALLOC_ENTRY 0: malloc
+// gets the compiled hook) with its asm_offsets.cpp, and the syscall stub the leak check's copy
+// of the target needs (the check reads the target stopped).
 #pragma once
 #include <elf.h>
 #include <stddef.h>
@@ -92,8 +89,8 @@ constexpr int kRegsSyscallResult = 0;
 constexpr int kRegsSyscallArgs[] = {0, 1, 2, 3, 4, 5};
 // Not yet here: the leak check's copy of the process (forked_image.h) needs a syscall stub that
 // puts every register back (rt_sigreturn's frame, on AArch64) and a restart through
-// NT_ARM_SYSTEM_CALL, since user_pt_regs has no orig_x0. memhook refuses the leak check.
-constexpr bool kInjectedCalls = false;
+// NT_ARM_SYSTEM_CALL, since user_pt_regs has no orig_x0. Without the stub the library exports
+// no memhook_syscall_stub, and the check reads the target stopped (reachability/check.py).
 inline void no_restart(uint64_t* /*regs*/) {}
 inline void as_resumed(uint64_t* /*regs*/) {}
 

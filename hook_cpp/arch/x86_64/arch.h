@@ -91,9 +91,6 @@ constexpr int kRegsSyscallNumber = 10;   // rax, and the result
 constexpr int kRegsSyscallResult = 10;
 constexpr int kRegsRestartNumber = 15;   // orig_rax
 constexpr int kRegsSyscallArgs[] = {14, 13, 12, 7, 9, 8};  // rdi, rsi, rdx, r10, r8, r9
-// The leak check's copy of the process is made by a call a stopped thread makes
-// (memhook_syscall_stub: syscall_stub.S).
-constexpr bool kInjectedCalls = true;
 inline void no_restart(uint64_t* regs) { regs[kRegsRestartNumber] = ~uint64_t(0); }
 
 // The registers a thread stopped in signal delivery goes on with when it takes no signal: a
