@@ -5,7 +5,7 @@ pointer, the stack's alignment). The native side's seam is hook_cpp/arch/; a mem
 handles its own processor's programs only (the hook library is that processor's code)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import _native
 
@@ -33,18 +33,14 @@ class Arch:
     no_prologue_rows: str = ""
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
-
     # The relocations come from hook_cpp/arch/<arch>/arch.h (through the consumer module), the
-    # one list the hook library's late patching uses too.
-    @property
-    def slot_relocations(self) -> dict:
-        """relocation type -> the name memhook reports: those that hold a function's address"""
-        return {t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()}
-
-    @property
-    def zero_addend(self) -> frozenset:
-        """of those, the ones that hold it only with a zero addend"""
-        return frozenset(t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z)
+    # one list the hook library's late patching uses too; read once, for the build's processor.
+    # relocation type -> the name memhook reports: those that hold a function's address
+    slot_relocations: dict = field(default_factory=lambda: {
+        t: name for t, (name, _) in _native.SLOT_RELOCATIONS.items()})
+    # of those, the ones that hold it only with a zero addend
+    zero_addend: frozenset = field(default_factory=lambda: frozenset(
+        t for t, (_, z) in _native.SLOT_RELOCATIONS.items() if z))
 
 
 X86_64 = Arch("x86-64", "EM_X86_64", red_zone=128, stack_align=16, syscall_insn="0f05",
@@ -63,7 +59,7 @@ AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
                no_prologue_rows=f"deriving unwind rows from prologues {_NOT_YET}")
 
 # The one this build is for.
-HOST = {"x86-64": X86_64, "aarch64": AARCH64}[getattr(_native, "ARCH_NAME", "x86-64")]
+HOST = {"x86-64": X86_64, "aarch64": AARCH64}[_native.ARCH_NAME]
 BY_MACHINE = {HOST.e_machine: HOST}
 
 
