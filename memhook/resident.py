@@ -100,10 +100,56 @@ def arena_heap(pid: int, r: Region) -> bool:
             and (r.start < ar_ptr < r.end or (prev and prev % ARENA_HEAP_ALIGN == 0)))
 
 
+def thread_stack_size(pid: int) -> int:
+    """The size glibc gives a thread's stack by default: the soft RLIMIT_STACK, as
+    pthread_create reads it (0 when unlimited or unreadable: then not known)."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max stack size"):
+                    soft = line[len("Max stack size"):].split()[0]
+                    return int(soft) if soft.isdigit() else 0
+    except OSError:
+        pass
+    return 0
+
+
+def split_merged_stacks(pid: int, regions: list[Region], sps: list[int]) -> list[Region]:
+    """A thread's stack the kernel merged with the anonymous mappings above it (Linux before
+    6.7 ignores MAP_STACK, so a stack and the program's mmap or malloc's mmapped chunks made
+    next to it become one mapping): when a mapping holding a stack pointer is larger than a
+    default stack and begins above a guard page with the pointer in that first stack's
+    length, it is cut there. The pieces' fields are shared by their pages in memory
+    (/proc/PID/pagemap), so every sum stays smaps'."""
+    size = thread_stack_size(pid)
+    out: list[Region] = []
+    for n, r in enumerate(regions):
+        cut = r.start + size - PAGE  # (glibc's guard page is the stack block's first page)
+        guarded = n and regions[n - 1].end == r.start and regions[n - 1].perms.startswith("---")
+        if not size or not guarded or r.path or cut >= r.end or \
+                not any(r.start <= sp < cut for sp in sps):
+            out.append(r)
+            continue
+        try:
+            with open(f"/proc/{pid}/pagemap", "rb") as f:
+                f.seek(r.start // PAGE * 8)
+                entries = np.frombuffer(f.read((r.end - r.start) // PAGE * 8), "<u8")
+        except OSError:
+            out.append(r)
+            continue
+        present = entries >> 63
+        total = int(present.sum())
+        first = int(present[:(cut - r.start) // PAGE].sum()) / total if total else 0.0
+        low = Region(r.start, cut, r.perms, r.path, {k: round(v * first) for k, v in r.kb.items()})
+        out += [low, Region(cut, r.end, r.perms, r.path,
+                            {k: v - low.kb[k] for k, v in r.kb.items()})]
+    return out
+
+
 def parts(pid: int, memhook_paths: tuple = ("memhook-", "libmemhook_hook")) -> list[Part]:
     """The parts of the process's memory, largest resident first; their sums are smaps'."""
-    regions = read_smaps(pid)
     stacks = thread_stack_pointers(pid)
+    regions = split_merged_stacks(pid, read_smaps(pid), list(stacks))
     out: dict[str, Part] = {}
 
     def add(name: str, kind: str, r: Region) -> None:

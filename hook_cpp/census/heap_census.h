@@ -60,7 +60,7 @@ struct Census {
   uint64_t main_arena = 0;
   std::vector<ArenaStats> arenas;
   Tally mmapped;                 // usable bytes of malloc's mmapped chunks
-  uint64_t mmapped_resident = 0;
+  uint64_t mmapped_resident = 0, mmapped_unsearched = 0;
   std::vector<std::pair<uint64_t, uint64_t>> mmapped_ranges;  // the mappings they fill
   std::unordered_map<uint64_t, Tally> by_size;  // usable size -> live blocks
   std::vector<Tally> by_type;                   // type id -> live blocks
@@ -309,25 +309,38 @@ class HeapCensus {
     }
   }
 
-  // malloc's mmapped chunks: a private anonymous mapping that starts with a chunk whose size
-  // field is a whole number of pages with IS_MMAPPED alone set; adjacent ones the kernel merged
-  // into one mapping follow each other.
+  // malloc's mmapped chunks: at a page boundary of a private anonymous mapping, a chunk whose
+  // size field is a whole number of pages with IS_MMAPPED alone set. The kernel merges
+  // adjacent anonymous mappings of equal flags, so a chunk may lie anywhere in one (beside a
+  // thread's stack or the program's own mmap, as on Linux 6.1): every touched page is looked
+  // at, up to kMmappedSearchPages of them; past that, the bytes left are
+  // said unsearched.
+  static constexpr uint64_t kMmappedSearchPages = uint64_t(1) << 18;  // 1 GiB of pages
   void census_mmapped() {
+    uint64_t searched = 0;
     for (auto [lo, hi] : in_.anonymous) {
       bool arena_heap = false;
       for (auto& as : c_.arenas)
         for (auto& hs : as.heaps) arena_heap |= hs.heap.lo >= lo && hs.heap.lo < hi;
       if (arena_heap) continue;
-      uint64_t p = lo;
       const ResidentPages pages(pagemap_fd_, lo, hi);
-      while (p + kPage <= hi) {
-        uint64_t hdr[3];
+      for (uint64_t p = lo; p + kPage <= hi;) {
         // (a page never touched, or given back, is not read: reading it would map it)
-        if ((pages.known() && !pages.in_memory_or_swap(p)) || !mem_.read(p, hdr, sizeof hdr) ||
-            hdr[0] != 0 || (hdr[1] & kFlags) != kIsMmapped)
+        if (pages.known() && !pages.in_memory_or_swap(p)) {
+          p += kPage;
+          continue;
+        }
+        if (++searched > kMmappedSearchPages) {
+          c_.mmapped_unsearched += hi - p;
           break;
-        const uint64_t s = chunk_size(hdr[1]);
-        if (s % kPage || s == 0 || p + s > hi) break;
+        }
+        uint64_t hdr[3];
+        const uint64_t s = mem_.read(p, hdr, sizeof hdr) && hdr[0] == 0 &&
+                           (hdr[1] & kFlags) == kIsMmapped ? chunk_size(hdr[1]) : 0;
+        if (s % kPage || s == 0 || p + s > hi) {
+          p += kPage;
+          continue;
+        }
         c_.mmapped.add(s - 2 * kSizeSz);
         c_.mmapped_resident += pages.bytes(p, p + s);
         const uint32_t type = types_.type_of(hdr[2]);

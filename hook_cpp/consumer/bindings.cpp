@@ -431,6 +431,7 @@ py::dict census_dict(const census::Census& c) {
   d["arenas"] = arenas;
   d["mmapped"] = tally(c.mmapped);
   d["mmapped_resident"] = c.mmapped_resident;
+  d["mmapped_unsearched"] = c.mmapped_unsearched;
   d["mmapped_ranges"] = c.mmapped_ranges;
   std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> sizes;
   for (auto& [size, t] : c.by_size)

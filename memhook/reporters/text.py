@@ -158,6 +158,9 @@ def census_lines(census: dict | None, shown: int = 8, full_names: bool = False) 
     if mm["blocks"]:
         lines.append(f"  of them mmapped by malloc (above its mmap threshold): {mm['blocks']} "
                      f"blocks, {human_bytes(mm['bytes'])}")
+    if mm.get("unsearched_bytes"):
+        lines.append(f"  mmapped blocks not searched for in {human_bytes(mm['unsearched_bytes'])} of "
+                     "anonymous mappings (memhook looks at 1 GiB of touched pages at most)")
     lines.append("malloc's own share at attach (free: bins + tcache + fastbins + top):")
     lines.append(f"  {'arena':>14} {'system':>10} {'live':>10} {'free':>10} {'bins':>10} "
                  f"{'tcache':>10} {'fastbins':>10} {'top':>10} {'largest':>10}")

@@ -3,6 +3,9 @@
  * Session freed (holes in the small bins), Orders freed into tcache and fastbins, strings of
  * two sizes, a block pinning the top of the main heap over a 32 MiB hole, four threads with their
  * own arenas, two blocks above the mmap threshold, and a 64 MiB anonymous mapping half touched.
+ * The mapping lies right below the mmapped blocks and the first thread's stack right below the
+ * mapping, as Linux 6.1 places them (and merges them into one mapping: later kernels keep
+ * glibc's stacks apart, and align large mappings).
  * Commands: "truth" prints the counts and glibc's own statistics (mallinfo, malloc_stats),
  * "trim" calls malloc_trim(0) and prints RSS before and after, "corrupt" overwrites a live
  * chunk's header, "free" frees some of what was allocated before (1000 Orders, 500 Plugins,
@@ -13,6 +16,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <string>
 
@@ -63,6 +67,14 @@ NOINLINE static void* grow_heap() {
   return last;
 }
 
+/* An anonymous mapping of `size` bytes ending at `end`. */
+static void* below(char* end, size_t size) {
+  void* p = mmap(end - size, size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) perror("mmap"), exit(1);
+  return p;
+}
+
 static long rss_bytes() {
   char buf[128] = {0};
   int fd = open("/proc/self/statm", O_RDONLY);
@@ -91,12 +103,21 @@ int main() {
   live_sessions = kSessions / 2;
   for (int i = 0; i < kOrders; i += 40) delete orders[i];
   __atomic_add_fetch(&live_orders, kOrders - kOrders / 40, __ATOMIC_RELAXED);
-  char* mapping = (char*)mmap(NULL, 64 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                              -1, 0);
+  char* mapping = (char*)below((char*)big[1] - 16, 64 << 20);
   memset(mapping, 4, 32 << 20);
   pthread_barrier_init(&built, NULL, kThreads + 1);
   pthread_t t[kThreads];
-  for (auto& th : t) pthread_create(&th, NULL, worker, NULL);
+  /* The first thread's stack as glibc makes one (its default size, a guard page at its
+   * bottom), below the mapping. */
+  struct rlimit stack_limit;
+  getrlimit(RLIMIT_STACK, &stack_limit);
+  const size_t stack_size = stack_limit.rlim_cur;
+  char* block = (char*)below(mapping, stack_size);
+  mprotect(block, 4096, PROT_NONE);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstack(&attr, block + 4096, stack_size - 4096);
+  for (auto& th : t) pthread_create(&th, &th == t ? &attr : NULL, worker, NULL);
   pthread_barrier_wait(&built);
 
   char cmd[64];
