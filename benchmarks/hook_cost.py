@@ -10,6 +10,7 @@ Needs no root: the library is loaded into the harness's own process.
 """
 import argparse
 import os
+import platform
 import statistics
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from memhook import _native, elf
 
 HERE = Path(__file__).parent
 COMMON = HERE.parent / "hook_cpp" / "common"
+ARCH = HERE.parent / "hook_cpp" / "arch" / platform.machine()  # (record_format.h's)
 
 
 def main():
@@ -33,7 +35,7 @@ def main():
     libraries = a.library or [str(resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME))]
     tmp = Path(tempfile.mkdtemp())
     exe = tmp / "hook_cost"
-    subprocess.run(["g++", "-O2", "-fno-omit-frame-pointer", "-I", str(COMMON), "-o", str(exe),
+    subprocess.run(["g++", "-O2", "-fno-omit-frame-pointer", "-I", str(COMMON), "-I", str(ARCH), "-o", str(exe),
                     str(HERE / "targets" / "hook_cost.cpp"), "-ldl"], check=True)
     ratios = {lib: [] for lib in libraries}
     for run in range(a.runs):

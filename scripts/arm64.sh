@@ -8,6 +8,8 @@
 #   scripts/arm64.sh run DIR        boot it with DIR shared at /host, run DIR/guest.sh there as
 #                                   root, power off; its output is DIR/guest.out, its exit
 #                                   status DIR/guest.rc (none: the guest never got to the end)
+#   scripts/arm64.sh stage DIR      memhook cross-built as the tier builds it, in DIR/pkg (for
+#                                   a probe: PYTHONPATH=/host/pkg in DIR/guest.sh)
 #   scripts/arm64.sh test [ARGS]    the arm64 tier: memhook cross-built on this host against the
 #                                   root (scripts/aarch64-toolchain.cmake), then the tests marked
 #                                   arm64 run in the guest by its own python3 (pytest ARGS too),
@@ -180,6 +182,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 case ${1:-} in
   build) build ;;
   run) [ $# -eq 2 ] || { echo "usage: scripts/arm64.sh run DIR" >&2; exit 2; }; run "$2" ;;
+  stage) [ $# -eq 2 ] || { echo "usage: scripts/arm64.sh stage DIR" >&2; exit 2; }
+    build && cross_build "$2" ;;
   test) shift; tier "$@" ;;
-  *) echo "usage: scripts/arm64.sh build | run DIR | test [PYTEST ARGS]" >&2; exit 2 ;;
+  *) echo "usage: scripts/arm64.sh build | stage DIR | run DIR | test [PYTEST ARGS]" >&2; exit 2 ;;
 esac

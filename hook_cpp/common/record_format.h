@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"  // kUserAddressBits
+
 namespace memhook {
 
 constexpr int kMaxDepth = 128;  // native frames a backtrace walks at most (--depth)
@@ -53,7 +55,7 @@ enum EventKind : uint8_t {
   kUnmap = 7
 };
 constexpr int kDepShift = 24;  // where the aux field starts in a header
-constexpr int kPtrBits = 47;   // user-space pointers
+constexpr int kPtrBits = arch::kUserAddressBits;  // user-space pointers
 constexpr int kRecentShift = 56;
 constexpr uint64_t kSizeMask = (uint64_t(1) << kRecentShift) - 1;
 constexpr uint32_t kRecentStacks = 32;  // per ring; a power of two

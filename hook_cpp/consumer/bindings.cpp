@@ -671,6 +671,7 @@ PYBIND11_MODULE(_native, m) {
       relocs[py::int_(r.type)] = py::make_tuple(r.name, r.zero_addend);
     m.attr("SLOT_RELOCATIONS") = relocs;
   m.attr("ARCH_NAME") = arch::kName;  // the processor this build is for (arch.h)
+  m.attr("PTR_BITS") = kPtrBits;       // a ring's pointer word: the pointer's bits (record_format.h)
   }
   m.def("xsave_bytes", &arch::xsave_bytes,
         "The XSAVE area's size for the features this kernel enabled (arch.h).");

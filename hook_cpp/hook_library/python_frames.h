@@ -20,7 +20,9 @@ inline T field(uint64_t object, int32_t offset) {
 }
 // A pointer CPython could have made: in user space, aligned. (A frame chain is whole when its
 // thread reads it; this stops a walk at anything else rather than following it.)
-inline bool plausible(uint64_t p) { return p >= 4096 && p < (uint64_t(1) << 47) && !(p & 7); }
+inline bool plausible(uint64_t p) {
+  return p >= 4096 && p < (uint64_t(1) << arch::kUserAddressBits) && !(p & 7);
+}
 
 #include "code_records.h"  // a code object's record, written once
 

@@ -22,7 +22,7 @@ def stack_key(frames: list, build_ids: dict) -> tuple:
                  if f["module"] else (None, f["address"], False) for f in frames)
 
 
-MERGED_BASE = 1 << 60  # merged modules' addresses: above any user-space address (< 2^47)
+MERGED_BASE = 1 << 60  # merged modules' addresses: above any user-space address (< 2^48)
 MERGED_SPAN = 1 << 44  # per module: more than any ELF file's address range
 
 
@@ -121,7 +121,7 @@ def merge(caps: list[Capture]) -> Capture:
                                "stack_map": rows, **per})
 
 
-MERGED_JIT_BASE = 1 << 61  # each process's JIT code moved to its own 2^47 bytes from here
+MERGED_JIT_BASE = 1 << 61  # each process's JIT code moved to its own 2^48 bytes from here
 
 
 def move_jit_frames(frames: np.ndarray, inside: np.ndarray, entries: list, p: int,
@@ -130,7 +130,7 @@ def move_jit_frames(frames: np.ndarray, inside: np.ndarray, entries: list, p: in
     its map's entries, to a place of their own: two processes' JIT code may share addresses."""
     if not entries:
         return
-    shift = MERGED_JIT_BASE + (p << 47)
+    shift = MERGED_JIT_BASE + (p << 48)
     jit_map = JitMap(entries)
     for i in np.flatnonzero(~inside & ((frames >> np.uint64(63)) == 0)).tolist():
         if jit_map.at(int(frames[i])) is not None:

@@ -3,6 +3,7 @@ library into its own process, no GDB, on a segment formatted here as memhook wou
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -11,12 +12,13 @@ from conftest import build
 from memhook import _native, elf
 
 COMMON = Path(__file__).parents[2] / "hook_cpp" / "common"
+ARCH = Path(__file__).parents[2] / "hook_cpp" / "arch" / platform.machine()  # (record_format.h's)
 
 
 def run(tmp_path: Path, source: str, *args, ring_bytes: int = 1 << 16, depth: int = 8,
         sample_rate: int = 0, sse: bool = False) -> tuple[str, Path]:
     """The harness's output (it must exit 0) and its segment file."""
-    exe = build(tmp_path, source, flags=["-O1", "-I", str(COMMON)])
+    exe = build(tmp_path, source, flags=["-O1", "-I", str(COMMON), "-I", str(ARCH)])
     segment = tmp_path / f"segment-{len(list(tmp_path.glob('segment-*')))}"
     fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:

@@ -21,7 +21,7 @@ from memhook import _native, hooks
 NRINGS, RING_BYTES, DEPTH = 2, 4096, 8
 DRAIN_TIMEOUT_S = 8  # a final drain of two 4 KiB rings takes milliseconds (waits: 2 s at most)
 SENTINEL = 0x5E5E_1234_5678_5E5E
-PTR_MASK = (1 << 47) - 1
+PTR_MASK = (1 << _native.PTR_BITS) - 1
 ALLOC, FREE, REALLOC, TIME, THREAD = 1, 2, 3, 5, 6
 MALLOC, FREE_OP = hooks.BY_SYMBOL["malloc"].id, hooks.BY_SYMBOL["free"].id
 LAYOUT = _native.segment_layout(NRINGS, RING_BYTES, DEPTH)

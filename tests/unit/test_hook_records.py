@@ -10,7 +10,7 @@ import harness
 from memhook import _native, hooks
 
 KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
-PTR_MASK = (1 << 47) - 1
+PTR_MASK = (1 << _native.PTR_BITS) - 1
 SIZE_MASK = (1 << 56) - 1
 RING_BYTES, DEPTH = 1 << 16, 32
 
@@ -60,7 +60,7 @@ def test_malloc_and_free_records(ring):
     cursor, _, op, dep, hdr, words = a
     assert op == malloc and dep == 0
     ptr_word, size_word, *frames = words
-    assert ptr_word & PTR_MASK == pa and ptr_word >> 47 != 0  # the allocating frame's depth
+    assert ptr_word & PTR_MASK == pa and ptr_word >> _native.PTR_BITS != 0  # the allocating frame's depth
     assert size_word & SIZE_MASK == 16
     slot_bits = size_word & ~SIZE_MASK
     assert slot_bits != 0, "a walked stack fills a slot"

@@ -76,6 +76,10 @@ static_assert(offsetof(ucontext_t, uc_mcontext.pc) == kUcProgramCounter);
 constexpr int kRegsStackPointer = 31;
 constexpr int kRegsProgramCounter = 32;
 constexpr uint64_t kStackRedZone = 0;
+
+// User-space addresses fit in 48 bits (Linux's 48-bit VA; 52-bit only for a program that asks):
+// Debian's arm64 programs load at 0xaaaa..., bit 47 set, so 47 bits lose it.
+constexpr int kUserAddressBits = 48;
 // The thread pointer (TPIDR_EL0) is not among them: get_regs (reachability/thread_stop.h) reads
 // it with its own regset and keeps it after them, at this index. glibc's thread control block
 // begins there (TLS variant I: tcbhead_t is dtv, private), its dtv pointer first.

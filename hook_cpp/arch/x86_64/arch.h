@@ -83,6 +83,10 @@ constexpr int kRegsThreadPointer = 21;  // fs_base
 constexpr unsigned kThreadPointerRegset = 0;  // (among those registers: no regset of its own)
 constexpr uint64_t kTcbDtvOffset = 8;
 constexpr uint64_t kStackRedZone = 128;
+
+// User-space addresses fit in 47 bits (4-level paging; 5-level gives more only to a program
+// that asks): a ring's pointer words keep a frame's depth above them (record_format.h).
+constexpr int kUserAddressBits = 47;
 // A system call a stopped thread is made to run (reachability/forked_image.h): where its number,
 // arguments and result go among those registers, and the program counter. orig_rax set to -1:
 // the kernel must not restart, on the way out of the stop, a call the thread was interrupted in.
