@@ -24,6 +24,10 @@ class Arch:
     regs_words: int
     regs_pc: int
     breakpoint_rewinds: bool  # the pc after the trap is past the breakpoint (x86's int3)
+    # the signal trampoline's code, where a handler returns to (rt_sigreturn): found in an object
+    # whose call-frame information does not cover it (AArch64's vDSO, musl's libc), for rows
+    sigreturn_code: bytes
+    insn_align: int     # where instructions may start
     # a thread stopped in a system call the kernel will restart is shown at the instruction
     # itself (AArch64's do_signal rewinds the pc before the stop), not after it (x86-64)
     syscall_rewound: bool
@@ -45,7 +49,9 @@ class Arch:
 
 X86_64 = Arch("x86-64", "EM_X86_64", red_zone=128, stack_align=16, syscall_insn="0f05",
               breakpoint_insn=b"\xcc", regs_words=27, regs_pc=16,  # user_regs_struct, its rip
-              breakpoint_rewinds=True, syscall_rewound=False)
+              breakpoint_rewinds=True, syscall_rewound=False,
+              sigreturn_code=bytes.fromhex("48c7c00f000000" "0f05"),  # mov $15, %rax; syscall
+              insn_align=1)
 
 _NOT_YET = "is not yet ported to aarch64 (issue 46)"
 AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
@@ -54,6 +60,8 @@ AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
                regs_words=34, regs_pc=32,                    # user_pt_regs: x0-x30, sp, pc, pstate
                breakpoint_rewinds=False,                     # (brk leaves the pc at itself)
                syscall_rewound=True,
+               sigreturn_code=bytes.fromhex("681180d2" "010000d4"),  # mov x8, #139; svc #0
+               insn_align=4,
                no_fork_copy=f"the target's copy for the leak check {_NOT_YET}",
                no_python_frames=f"reading Python frames {_NOT_YET}",
                no_prologue_rows=f"deriving unwind rows from prologues {_NOT_YET}")

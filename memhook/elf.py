@@ -9,6 +9,7 @@ very file the target mapped (even if replaced on disk or in another mount namesp
 from __future__ import annotations
 
 import functools
+import io
 import mmap
 import os
 import re
@@ -480,7 +481,8 @@ def modules(pid: int, known: dict | None = None) -> dict:
     """Every ELF object mapped in the target, keyed by (lo, path); `known` entries are reused."""
     known = dict(known or {})
     groups: dict = {}
-    for m in read_maps(pid):
+    maps = read_maps(pid)
+    for m in maps:
         if m.inode and m.path.startswith("/"):
             groups.setdefault((m.path, m.inode), []).append(m)
     for (path, _), group in groups.items():
@@ -508,4 +510,30 @@ def modules(pid: int, known: dict | None = None) -> dict:
                 st = os.fstat(f.fileno())
                 known[key] = Module(path, build_id(elf), bias, run[0].start, run[-1].end,
                                     st.st_size, int(st.st_mtime), _map_files_path(pid, run[0]))
+    vdso = next((m for m in maps if m.path == "[vdso]"), None)
+    if vdso is not None and (vdso.start, vdso.path) not in known:
+        image = vdso_module(pid, vdso)
+        if image is not None:
+            known[(vdso.start, vdso.path)] = image
     return known
+
+
+def vdso_module(pid: int, m) -> Module | None:
+    """The kernel's vDSO as a module: on AArch64 its __kernel_rt_sigreturn is the frame below
+    every signal handler, as libc's __restore_rt is on x86-64. It is no file: its image is read
+    from the target and kept by build-id (module_files.keep_image), where the unwind tables and
+    the reports read it. None if it cannot be read or kept."""
+    from . import module_files
+    try:
+        with Memory(pid) as mem:
+            data = mem.read(m.start, m.end - m.start)
+        elf = ELFFile(io.BytesIO(data))
+        loads = _loads(elf)
+        bid = build_id(elf)
+        if not loads or not bid:
+            return None
+        path = module_files.keep_image(bid, data)
+    except (OSError, ELFError, ValueError):
+        return None
+    return Module(m.path, bid, m.start - (loads[0].p_vaddr & ~(PAGE - 1)), m.start, m.end,
+                  len(data), 0, path)

@@ -53,6 +53,43 @@ def _seen_by_host(module) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
+def _store() -> str:
+    """The store's directory, made (each directory up to it ours, 0700) if it is not yet."""
+    store = store_dir()
+    parts = []
+    head = store
+    while not os.path.isdir(head):
+        parts.append(head)
+        head = os.path.dirname(head)
+    for d in reversed(parts):
+        _own_dir(d)
+    _own_dir(store)
+    return store
+
+
+def _write(target: str, copy) -> None:
+    """`copy(file)` writes the file kept at `target`: under a temporary name, then renamed."""
+    _own_dir(os.path.dirname(target))
+    tmp = f"{target}.{os.urandom(8).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as dst:
+            copy(dst)
+        os.rename(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def keep_image(build_id: str, data: bytes) -> str:
+    """An object that is no file (the kernel's vDSO, read from the target's memory) kept under
+    its build-id; its path there. OSError if it cannot be kept."""
+    target = stored_path(build_id, _store())
+    if not os.path.exists(target):
+        _write(target, lambda dst: dst.write(data))
+    return target
+
+
 def keep(modules, kept: set) -> None:
     """Copies into the store each module of `modules` whose file the host cannot find by its
     path; `kept` holds the build-ids already handled (updated). A file that cannot be kept (a
@@ -65,29 +102,14 @@ def keep(modules, kept: set) -> None:
         if _seen_by_host(m):
             continue
         try:
-            if store is None:
-                store = store_dir()
-                parts = []
-                head = store
-                while not os.path.isdir(head):
-                    parts.append(head)
-                    head = os.path.dirname(head)
-                for d in reversed(parts):
-                    _own_dir(d)
-                _own_dir(store)
+            store = store or _store()
             target = stored_path(m.build_id, store)
             if os.path.exists(target):
                 continue
-            _own_dir(os.path.dirname(target))
-            tmp = f"{target}.{os.urandom(8).hex()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
-            try:
-                with os.fdopen(fd, "wb") as dst, open(m.file, "rb") as src:
+
+            def copy(dst, path=m.file):
+                with open(path, "rb") as src:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                os.rename(tmp, target)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            _write(target, copy)
         except OSError:
             continue

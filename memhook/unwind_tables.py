@@ -13,11 +13,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import _native, arch, disk_cache, prologue_rows
 
-CACHE_VERSION = 6  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
+CACHE_VERSION = 7  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
 # 5: rows from an .eh_frame without its search table, and the count of exported functions;
-# 6: rows derived from the prologues of functions without CFI (prologue_rows.py)
+# 6: rows derived from the prologues of functions without CFI (prologue_rows.py); 7: rows for
+# signal trampolines without CFI (with_signal_trampolines)
 CACHE_BOUND = 256 << 20  # bytes of rows kept on disk, the least recently used dropped first
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
@@ -65,12 +68,55 @@ def rows_for(file: str, build_id: str, directory: str | None) -> ObjectRows:
             cached.path = file
             return cached
     rows, info = _native.cfi_rows(file)
+    rows = with_signal_trampolines(file, rows)
     rows, derived = with_derived_rows(file, rows)
     if derived:
         info = {**info, "derived": len(derived), "derived_ranges": derived}
     if key and directory:
         _write_cached(directory, key, rows, info)
     return ObjectRows(file, rows, info)
+
+
+def with_signal_trampolines(file: str, rows: bytes) -> bytes:
+    """`rows` with a signal row over each signal trampoline no call-frame information covers
+    (arch.Arch.sigreturn_code, found in the object's executable code): AArch64's vDSO has no
+    .eh_frame, and its __kernel_rt_sigreturn is where every handler returns to; musl's
+    __restore_rt has none either. As gdb's sigtramp sniffers read the code, so does this. The
+    row starts a byte early: a return address is looked up less one."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    code = arch.HOST.sigreturn_code
+    table = np.frombuffer(rows, dtype=prologue_rows.ROW)
+    if np.any(table["rule"] & 7 == _native.ROW_SIGNAL):
+        return rows
+    found = []
+    try:
+        with open(file, "rb") as f:
+            for seg in ELFFile(f).iter_segments():
+                h = seg.header
+                if h.p_type != "PT_LOAD" or not h.p_flags & 1:  # (PF_X)
+                    continue
+                data = seg.data()
+                at = data.find(code)
+                while at >= 0:
+                    if (h.p_vaddr + at) % arch.HOST.insn_align == 0:
+                        found.append(h.p_vaddr + at)
+                    at = data.find(code, at + 1)
+    except (OSError, ELFError, ValueError):
+        return rows
+    starts, kinds = table["start"], table["rule"] & 7
+    merged = {int(a): int(r) for a, r in zip(starts.tolist(), table["rule"].tolist())}
+    for v in found:
+        lo, hi = v - 1, v + len(code)
+        i = int(np.searchsorted(starts, lo, side="right")) - 1
+        j = int(np.searchsorted(starts, hi, side="left"))
+        if (i >= 0 and kinds[i] != prologue_rows.KIND_NONE) or j > i + 1 or hi >= 1 << 32:
+            continue  # (covered by rows, or by a row that starts inside it)
+        merged[lo] = _native.ROW_SIGNAL
+        merged.setdefault(hi, prologue_rows.rule(prologue_rows.KIND_NONE))
+    if len(merged) == len(table):
+        return rows
+    return np.array(sorted(merged.items()), dtype=np.uint32).tobytes()
 
 
 def with_derived_rows(file: str, rows: bytes) -> tuple[bytes, list]:

@@ -184,7 +184,8 @@ class Lookup:
         binary = None
         candidates = ([(os.path.join(self.sysroot, path.lstrip("/")), False)]
                       if self.sysroot else [])
-        candidates.append((path, False))
+        if path.startswith("/"):  # ([vdso]: no file, kept by build-id only)
+            candidates.append((path, False))
         if want:
             candidates.append((module_files.stored_path(want), True))
         for cand, quiet in candidates:

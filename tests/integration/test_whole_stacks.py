@@ -1,7 +1,9 @@
 """Whole call stacks through code built without frame pointers: for each leak, memhook's frames
 equal, return address by return address, gdb's `bt` at a breakpoint on that allocation in the
 same binary. Both runs are without address randomisation (gdb's default; `setarch -R` for the
-run memhook attaches to), so the two processes put every object at the same address."""
+run memhook attaches to), so the two processes put every object at the same address, but for
+objects loaded after memhook's own mappings: those are compared by object and link-time
+address."""
 from __future__ import annotations
 
 import struct
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from conftest import NO_ASLR, TARGETS, Memhook, Target, run_memhook, traced
 from memhook import _native
@@ -49,14 +52,24 @@ while f is not None:
     elif f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
         print("FRAME %#x %s" % (f.pc(), f.name()))
     f = f.older()
+# Where each object starts (its mapping at file offset 0), for module-relative addresses.
+for line in gdb.execute("info proc mappings", to_string=True).splitlines():
+    words = line.split()
+    if len(words) >= 5 and words[0].startswith("0x") and int(words[3], 16) == 0 and \
+            (words[-1].startswith("/") or words[-1] == "[vdso]"):
+        print("BASE %s %s" % (words[0], words[-1]))
 end
 """
 
 
-def gdb_stack(exe: Path, commands: list, stop_at: str, hooked: str, skip: int = 0) -> list:
+def gdb_stack(exe: Path, commands: list, stop_at: str, hooked: str, skip: int = 0,
+              located: bool = False) -> list:
     """(pc, name) of the callers of `hooked`, as gdb's backtrace has them, at its (skip + 1)-th
     call after `stop_at` starts, the target fed `commands`. A caller's pc is its return
-    address; past a signal frame, the interrupted instruction."""
+    address; past a signal frame, the interrupted instruction. `located`: each pc as (object,
+    link-time address) instead, as memhook's frames give them (module, offset): the same place
+    wherever the two runs loaded the object (a library dlopen'ed after attach lies below
+    memhook's own mappings)."""
     script = exe.parent / f"commands-{stop_at}-{skip}"
     script.write_text("".join(c + "\n" for c in commands) + "exit\n")
     gdb_script = exe.parent / "walk.gdb"
@@ -71,7 +84,33 @@ def gdb_stack(exe: Path, commands: list, stop_at: str, hooked: str, skip: int = 
     frames = [line.split(" ", 2)[1:] for line in out.splitlines() if line.startswith("FRAME ")]
     assert len(frames) > 1, out
     # Frame 0 is the hooked function itself; memhook's stack starts at its caller.
-    return [(int(pc, 16), name) for pc, name in frames[1:]]
+    frames = [(int(pc, 16), name) for pc, name in frames[1:]]
+    if not located:
+        return frames
+    bases = sorted((int(b, 16), path) for b, path in
+                   (line.split()[1:3] for line in out.splitlines() if line.startswith("BASE ")))
+    out = []
+    for pc, name in frames:
+        base, path = next(((b, p) for b, p in reversed(bases) if b <= pc), (0, None))
+        out.append(((Path(path).name, pc - base + first_load(path)) if path else (None, pc), name))
+    return out
+
+
+def first_load(path: str) -> int:
+    """An object's first PT_LOAD's link-time page: a non-PIE executable's 0x400000, else 0."""
+    if not path.startswith("/"):
+        return 0
+    with open(path, "rb") as f:
+        return next(s["p_vaddr"] for s in ELFFile(f).iter_segments()
+                    if s["p_type"] == "PT_LOAD") & ~0xfff
+
+
+def memhook_located(report: dict) -> list:
+    """memhook_stacks, each frame as (object, link-time address)."""
+    return [([(Path(f["module"]).name if f.get("module") else None,
+               f["offset"] if f.get("module") else int(f["address"], 16))
+              for f in s["frames"] if not f.get("inlined")], names, s)
+            for _, names, s in memhook_stacks(report)]
 
 
 def memhook_stacks(report: dict) -> list:
@@ -115,12 +154,12 @@ def test_leaks_have_gdbs_stack(tmp_path, frameless):
         assert target.finish() == 0
     finally:
         target.kill()
-    stacks = memhook_stacks(report)
+    stacks = memhook_located(report)
     cases = CASES + [("plugin 555", "lib_step3", "malloc", 0, 555)]
     for command, stop_at, hooked, skip, size in cases:
         commands = [command] if command != "plugin 555" else [
             f"dlopen {exe.parent / 'libframeless_plugin.so'}", command]
-        want = gdb_stack(exe, commands, stop_at, hooked, skip)
+        want = gdb_stack(exe, commands, stop_at, hooked, skip, located=True)
         want_addrs = [a for a, _ in want]
         names = [n for _, n in want]
         assert len(want) >= 12, (command, names)  # eight chain frames and more
