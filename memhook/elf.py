@@ -19,7 +19,7 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import allocators, arch, hooks
+from . import allocators, arch, hooks, module_files
 from .allocators import ELF64_SYM, STT_FUNC
 from .procfs import Mapping, Memory, TargetError, read_maps
 
@@ -523,7 +523,6 @@ def vdso_module(pid: int, m) -> Module | None:
     every signal handler, as libc's __restore_rt is on x86-64. It is no file: its image is read
     from the target and kept by build-id (module_files.keep_image), where the unwind tables and
     the reports read it. None if it cannot be read or kept."""
-    from . import module_files
     try:
         with Memory(pid) as mem:
             data = mem.read(m.start, m.end - m.start)

@@ -95,8 +95,7 @@ def test_the_check_finds_a_circle():
 
 
 STAGES = ["memhook.procfs", "memhook.format", "memhook.arch", "memhook.hooks",
-          "memhook.allocators", "memhook.elf", "memhook.entry_patch",
-          "memhook.module_files",
+          "memhook.allocators", "memhook.module_files", "memhook.elf", "memhook.entry_patch",
           "memhook.unwind_tables", "memhook.inject", "memhook.session", "memhook.capture",
           "memhook.symbolize", "memhook.analysis", "memhook.reporters", "memhook.push",
           "memhook.live_view", "memhook.run", "memhook.commands", "memhook.cli"]
