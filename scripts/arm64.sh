@@ -159,13 +159,18 @@ tier() {
   dir=$(mktemp -d /tmp/memhook-arm64.XXXXXX)
   trap 'rm -rf "$dir"' RETURN
   cross_build "$dir"
+  # The wheel a user would install (test_wheels.py installs it in the guest).
+  "$repo/scripts/wheels.sh" --arch aarch64 3.11 > "$dir/wheels.log" 2>&1 ||
+    { tail -20 "$dir/wheels.log" >&2; return 1; }
+  mkdir -p "$dir/wheelhouse"
+  cp "$repo"/wheelhouse/memhook_profiler-*-cp311-*aarch64.whl "$dir/wheelhouse/"
   cp -r "$repo/tests" "$repo/pyproject.toml" "$dir/"
   : > "$dir/pytest-args"
   [ $# -eq 0 ] || printf '%s\n' "$@" > "$dir/pytest-args"
   cat > "$dir/guest.sh" <<"EOF"
 #!/bin/sh
 # In the guest: the tests marked arm64, by the guest's own python3, gcc and gdb.
-export PYTHONPATH=/host/pkg PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=/host/pkg PYTHONDONTWRITEBYTECODE=1 MEMHOOK_WHEELHOUSE=/host/wheelhouse
 uname -m
 cp -r /host/tests /host/pyproject.toml /tmp/
 cd /tmp

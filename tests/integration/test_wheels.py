@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,52 @@ def test_wheel_with_each_python(tmp_path, version, targets):
     assert rep.returncode == 0, rep.stderr
     late = late_leak_sites(json.loads(rep.stdout))
     assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
+
+
+@pytest.mark.arm64
+def test_aarch64_wheel_in_the_arm64_guest(tmp_path, targets):
+    """The manylinux aarch64 wheel (scripts/wheels.sh --arch aarch64, cross-built on the x86-64
+    host) in a venv of the arm64 guest's python3, its pure-Python dependencies Debian's (the
+    guest has no network), attached to a program there: exact bytes, the leak's function
+    named, the text report."""
+    if platform.machine() != "aarch64":
+        pytest.skip("the arm64 tier runs it in its guest (scripts/arm64.sh test)")
+    tag = f"{sys.version_info.major}{sys.version_info.minor}"
+    found = sorted(WHEELHOUSE.glob(f"memhook_profiler-*-cp{tag}-cp{tag}-"
+                                   "*manylinux_2_17_aarch64.whl"))
+    if not found:
+        pytest.fail(f"no cp{tag} aarch64 wheel in {WHEELHOUSE} (scripts/arm64.sh test builds it)")
+    venv = tmp_path / "v"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # (the tier's own build)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True)
+    r = subprocess.run([str(venv / "bin/pip"), "install", "-q", "--no-deps", "--no-index",
+                        str(found[-1])], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where = subprocess.run([str(venv / "bin/python"), "-c", "import memhook._native as n; "
+                            "print(n.__file__)"], capture_output=True, text=True, cwd="/",
+                           env=env)
+    assert where.stdout.startswith(str(venv)), where  # the wheel's module
+    target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
+    mh = subprocess.Popen([str(venv / "bin/memhook"), "-p", str(target.pid), "--no-live", "-o",
+                           str(tmp_path / "cap.mh")], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd="/", env=env)
+    Lines(mh.stdout).expect("attached", timeout=300)
+    target.command("go")
+    mh.send_signal(signal.SIGINT)
+    _, err = mh.communicate(timeout=300)
+    assert mh.returncode == 0, err
+    assert target.finish() == 0
+    rep = subprocess.run([str(venv / "bin/memhook"), "report", str(tmp_path / "cap.mh"),
+                          "--format", "json"], capture_output=True, text=True, cwd="/", env=env)
+    assert rep.returncode == 0, rep.stderr
+    late = late_leak_sites(json.loads(rep.stdout))
+    assert sum(s["outstanding_bytes"] for s in late) == 7 * 99
+    names = [f.get("function") for f in late[0]["frames"]]
+    assert names[names.index("late_leak") + 1] == "main", names
+    text = subprocess.run([str(venv / "bin/memhook"), "report", str(tmp_path / "cap.mh")],
+                          capture_output=True, text=True, cwd="/", env=env)
+    assert text.returncode == 0 and "late_leak" in text.stdout, text.stderr
 
 
 def test_switching_builds_loads_each_library_once(tmp_path, targets):
