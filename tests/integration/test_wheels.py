@@ -45,15 +45,17 @@ def in_root(root: Path, cmd: str, timeout=300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=env)
 
 
-def traced_late_leak(memhook: list, capture: str, target: Target) -> None:
+def traced_late_leak(memhook: list, capture: str, target: Target, env: dict | None = None,
+                     timeout: float = 120) -> None:
     """`memhook` attached to lifecycle.c while it runs "go" (late_leak: 7 x 99 bytes), then
     Ctrl-C; the target finishes cleanly."""
     mh = subprocess.Popen([*memhook, "-p", str(target.pid), "--no-live", "-o", capture],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
-    Lines(mh.stdout).expect("attached", timeout=120)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
+                          env=env)
+    Lines(mh.stdout).expect("attached", timeout=timeout)
     target.command("go")
     mh.send_signal(signal.SIGINT)
-    _, err = mh.communicate(timeout=120)
+    _, err = mh.communicate(timeout=timeout)
     assert mh.returncode == 0, err
     assert target.finish() == 0
 
@@ -168,15 +170,7 @@ def test_aarch64_wheel_in_the_arm64_guest(tmp_path, targets):
                            env=env)
     assert where.stdout.startswith(str(venv)), where  # the wheel's module
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
-    mh = subprocess.Popen([str(venv / "bin/memhook"), "-p", str(target.pid), "--no-live", "-o",
-                           str(tmp_path / "cap.mh")], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd="/", env=env)
-    Lines(mh.stdout).expect("attached", timeout=300)
-    target.command("go")
-    mh.send_signal(signal.SIGINT)
-    _, err = mh.communicate(timeout=300)
-    assert mh.returncode == 0, err
-    assert target.finish() == 0
+    traced_late_leak([str(venv / "bin/memhook")], str(tmp_path / "cap.mh"), target, env, 300)
     rep = subprocess.run([str(venv / "bin/memhook"), "report", str(tmp_path / "cap.mh"),
                           "--format", "json"], capture_output=True, text=True, cwd="/", env=env)
     assert rep.returncode == 0, rep.stderr
