@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import disk_cache
 
-VERSION = 1
+VERSION = 2  # 2: signal spans of trampolines found by their code (unwind_tables v7)
 BOUND = 256 << 20  # bytes on disk, the least recently used entries dropped first
 MAX_LOCATED = 200_000  # placed addresses kept per module (an entry is read whole per report)
 

@@ -14,11 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from conftest import (NO_ASLR, TARGETS, Memhook, Target, assert_restored, run_memhook, site,
                       slot_values)
 from test_safety import forks_while_attached, killed_once_attached
 from test_whole_stacks import CASES, FRAMELESS, WALK, gdb_stack, memhook_stacks
+
+from memhook import arch
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
 SUITES = {"bullseye": "glibc 2.31", "trixie": "glibc 2.41"}
@@ -425,6 +428,31 @@ def test_musl_frameless_stacks_reach_main(tmp_path, musl_frameless, targets, com
     addrs, names, s = mine[0]
     assert addrs[-2:] == callers and addrs[:len(named)] == named, (addrs, named, callers)
     assert all(f.get("unwound") == "derived rows" for f in s["frames"][:-2]), s["frames"]
+
+
+def test_musl_signal_handler_stack_goes_through_restore_rt(tmp_path, musl_frameless, targets):
+    """A handler's allocation in a musl program: musl's __restore_rt has no call-frame
+    information (gdb's bt calls it setjmp and reads junk past it), but its code is the signal
+    trampoline's: memhook names it as gdb names a trampoline it knows and goes on through the
+    ucontext to the instruction the signal interrupted, in musl's raise."""
+    target = targets(musl_frameless, argv=[*NO_ASLR, str(musl_frameless)])
+    mh = Memhook(target.pid, tmp_path)
+    target.command("signal")
+    report = mh.stop()
+    assert target.finish() == 0
+    (s,) = [s for s in report["sites"] if s["outstanding_bytes"] == 901]
+    frames = s["frames"]
+    assert [f["function"] for f in frames[:2]] == ["on_usr1", "<signal handler called>"], frames
+    # The trampoline's frame is the return address the handler had: __restore_rt's first byte.
+    assert "musl" in frames[1]["module"], frames[1]  # (its libc, which is its loader)
+    with open(frames[1]["module"], "rb") as f:
+        text = next(seg for seg in ELFFile(f).iter_segments() if seg["p_type"] == "PT_LOAD"
+                    and seg["p_vaddr"] <= frames[1]["offset"] < seg["p_vaddr"] + seg["p_filesz"])
+        at = frames[1]["offset"] - text["p_vaddr"]
+        assert text.data()[at:at + 9] == arch.HOST.sigreturn_code
+    # Past it, the interrupted instruction, in musl's libc (before: the walk ended here).
+    assert len(frames) >= 3 and frames[2]["module"] == frames[1]["module"], frames
+    assert frames[2]["address"] != frames[1]["address"], frames
 
 
 def test_musl_library_loaded_after_attach(tmp_path, musl_target, targets):
