@@ -6,6 +6,7 @@ objects loaded after memhook's own mappings: those are compared by object and li
 address."""
 from __future__ import annotations
 
+import platform
 import struct
 import subprocess
 import time
@@ -21,7 +22,17 @@ FRAMELESS = ["-g", "-O2", "-fomit-frame-pointer"]
 WITH_FP = ["-g", "-O2", "-fno-omit-frame-pointer"]
 
 
-def build_pair(d: Path, lib_flags: list) -> Path:
+# Control-flow protection as hardened distributions build with it: AArch64's pointer
+# authentication (return addresses signed on the stack: the walk strips them) and BTI landing
+# pads; x86-64's CET (endbr64 pads, shadow-stack notes).
+HARDENED = {"aarch64": ["-mbranch-protection=standard"],
+            "x86_64": ["-fcf-protection=full"]}[platform.machine()]
+# What that puts at a function's entry: paciasp (signs the return address), endbr64.
+HARDENED_ENTRY = {"aarch64": (0xd503233f).to_bytes(4, "little"),
+                  "x86_64": bytes.fromhex("f30f1efa")}[platform.machine()]
+
+
+def build_pair(d: Path, lib_flags: list, exe_flags: list = ()) -> Path:
     """tests/targets/frameless.cpp, frameless, linked (lazily bound) against its library built
     with `lib_flags`; and the same library as a plugin to dlopen later."""
     for name in ("libframeless_lib.so", "libframeless_plugin.so"):
@@ -29,16 +40,22 @@ def build_pair(d: Path, lib_flags: list) -> Path:
                         str(TARGETS / "frameless_lib.cpp"), "-o", str(d / name)],
                        check=True, capture_output=True)
     exe = d / "frameless"
-    subprocess.run(["g++", *FRAMELESS, "-Wl,-z,lazy", "-I", str(TARGETS),
+    subprocess.run(["g++", *FRAMELESS, *exe_flags, "-Wl,-z,lazy", "-I", str(TARGETS),
                     str(TARGETS / "frameless.cpp"), "-o", str(exe), f"-L{d}", "-lframeless_lib",
                     "-Wl,-rpath,$ORIGIN", "-ldl"], check=True, capture_output=True)
     return exe
 
 
-@pytest.fixture(scope="module", params=["frameless", "mixed"])
+@pytest.fixture(scope="module", params=["frameless", "mixed", "hardened"])
 def frameless(request, tmp_path_factory):
-    """The target and its library both frameless, or the library keeping frame pointers."""
+    """The target and its library both frameless, or the library keeping frame pointers, or
+    both frameless and built with control-flow protection (HARDENED)."""
     d = tmp_path_factory.mktemp(request.param)
+    if request.param == "hardened":
+        exe = build_pair(d, FRAMELESS + HARDENED, HARDENED)
+        for built in (exe, d / "libframeless_lib.so"):
+            assert HARDENED_ENTRY in built.read_bytes(), built  # (the compiler did it)
+        return exe
     return build_pair(d, FRAMELESS if request.param == "frameless" else WITH_FP)
 
 
