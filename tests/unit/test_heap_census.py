@@ -21,6 +21,7 @@ def raw(heaps, types=()):
              "tcache": (3, 96), "largest_free": 160, "trimmable": 0, "uncertain": 0,
              "problems": [], "heaps": heaps}
     return {"problem": "", "arenas": [arena], "mmapped": (1, 8192), "mmapped_resident": 12288,
+            "mmapped_unsearched": 0,
             "by_size": [(24, 3, 72), (8184, 1, 8184)], "types": list(types),
             "untyped": (3, 72), "uncertain": 0, "heap_bytes": 1 << 20, "bytes_read": 0,
             "elapsed_ns": 1000}
