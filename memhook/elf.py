@@ -8,6 +8,7 @@ very file the target mapped (even if replaced on disk or in another mount namesp
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import mmap
@@ -518,14 +519,25 @@ def modules(pid: int, known: dict | None = None) -> dict:
     return known
 
 
+@functools.lru_cache(maxsize=1)
+def _own_vdso() -> bytes | None:
+    """The vDSO image of memhook's own process: the kernel's, as it gives every process."""
+    own = next((m for m in read_maps(os.getpid()) if m.path == "[vdso]"), None)
+    return ctypes.string_at(own.start, own.end - own.start) if own else None
+
+
 def vdso_module(pid: int, m) -> Module | None:
     """The kernel's vDSO as a module: on AArch64 its __kernel_rt_sigreturn is the frame below
     every signal handler, as libc's __restore_rt is on x86-64. It is no file: its image is read
     from the target and kept by build-id (module_files.keep_image), where the unwind tables and
-    the reports read it. None if it cannot be read or kept."""
+    the reports read it. Only the kernel's own is kept: the image must be byte for byte the one
+    memhook's process maps (a target may have written over its copy, and the store is shared by
+    every target's reports). None if it cannot be read or kept, or is not the kernel's."""
     try:
         with Memory(pid) as mem:
             data = mem.read(m.start, m.end - m.start)
+        if data != _own_vdso():
+            return None
         elf = ELFFile(io.BytesIO(data))
         loads = _loads(elf)
         bid = build_id(elf)

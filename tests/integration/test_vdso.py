@@ -74,3 +74,18 @@ def test_the_vdso_signal_trampoline_gets_a_signal_row(sleeper, tmp_path, monkeyp
     assert signal == [(tramp[0] - 1, tramp[0] + 8)], (signal, hex(tramp[0]))
     frame = Symbolizer([module]).frame_dicts(module.bias + tramp[0])[0]  # (the return address)
     assert frame["function"] == SIGNAL_FRAME, frame
+
+
+def test_a_vdso_written_over_is_not_kept(sleeper, tmp_path, monkeypatch):
+    """The store is shared by every target's reports: a vDSO whose copy was written over in the
+    target (its build-id kept, a byte changed; here through /proc/PID/mem, as a debugger
+    writes) gets no module, and nothing is kept."""
+    monkeypatch.setenv(module_files.ENV, str(tmp_path / "store"))
+    (vdso,) = [m for m in procfs.read_maps(sleeper.pid) if m.path == "[vdso]"]
+    with open(f"/proc/{sleeper.pid}/mem", "r+b", buffering=0) as mem:
+        mem.seek(vdso.end - 1)
+        last = mem.read(1)
+        mem.seek(vdso.end - 1)
+        mem.write(bytes([last[0] ^ 0xff]))
+    assert not [m for m in elf.modules(sleeper.pid).values() if m.path == "[vdso]"]
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*"))
