@@ -125,11 +125,18 @@ def fill(rows: bytes, elf, read) -> tuple[bytes, list]:
         derived.append((start, start + size))
     if not out:
         return rows, []
+    return merge(table, out), derived
+
+
+def merge(table: np.ndarray, more: list[tuple[int, int]]) -> bytes:
+    """An object's rows (`table`, of ROW) with `more` (start, rule) among them, as bytes. Where
+    two start at one address, a row that says something wins over a kRowNone (a function's end
+    may be another's start: the start's row wins)."""
     merged = {int(s): int(r) for s, r in zip(table["start"].tolist(), table["rule"].tolist())}
-    for s, r in out:  # (a function's end may be another's start: the start's row wins)
+    for s, r in more:
         if s not in merged or r & 7 != KIND_NONE:
             merged[s] = r
     new = np.array(sorted(merged.items()), dtype=np.uint32).view(ROW).ravel()
     # Adjacent rows alike say nothing: kept, they cost nothing but bytes.
     assert new.dtype.itemsize == _native.ROW_BYTES
-    return new.tobytes(), derived
+    return new.tobytes()

@@ -105,18 +105,15 @@ def with_signal_trampolines(file: str, rows: bytes) -> bytes:
     except (OSError, ELFError, ValueError):
         return rows
     starts, kinds = table["start"], table["rule"] & 7
-    merged = {int(a): int(r) for a, r in zip(starts.tolist(), table["rule"].tolist())}
+    more = []
     for v in found:
         lo, hi = v - 1, v + len(code)
         i = int(np.searchsorted(starts, lo, side="right")) - 1
         j = int(np.searchsorted(starts, hi, side="left"))
         if (i >= 0 and kinds[i] != prologue_rows.KIND_NONE) or j > i + 1 or hi >= 1 << 32:
             continue  # (covered by rows, or by a row that starts inside it)
-        merged[lo] = _native.ROW_SIGNAL
-        merged.setdefault(hi, prologue_rows.rule(prologue_rows.KIND_NONE))
-    if len(merged) == len(table):
-        return rows
-    return np.array(sorted(merged.items()), dtype=np.uint32).tobytes()
+        more += [(lo, _native.ROW_SIGNAL), (hi, prologue_rows.rule(prologue_rows.KIND_NONE))]
+    return prologue_rows.merge(table, more) if more else rows
 
 
 def with_derived_rows(file: str, rows: bytes) -> tuple[bytes, list]:
