@@ -30,10 +30,10 @@ NO_ASLR = ["setarch", platform.machine(), "-R"]  # a target at the same addresse
 
 
 def build(tmp_path: Path, source: str, *, name: str | None = None, flags=(), libs=(),
-          base_flags=DEFAULT_FLAGS) -> Path:
+          base_flags=DEFAULT_FLAGS, compiler: str | None = None) -> Path:
     src = TARGETS / source
     out = tmp_path / (name or src.stem)
-    compiler = "g++" if src.suffix == ".cpp" else "gcc"
+    compiler = compiler or ("g++" if src.suffix == ".cpp" else "gcc")
     cmd = [compiler, *base_flags, *flags, "-I", str(TARGETS), str(src), "-o", str(out),
            "-lpthread", "-ldl", *libs]
     subprocess.run(cmd, check=True, capture_output=True)

@@ -213,10 +213,10 @@ inline uint64_t page_round(uint64_t n) { return (n + 4095) & ~uint64_t(4095); } 
 
 #if MEMHOOK_MALLOC_ENTRY
 // memhook_hook_malloc's record when its own (malloc_entry.S) does not apply, with the origin
-// as that entry found it. That entry may have set the guard already (it does before it reads
-// the cursor), and only this call's own: a nested call never comes here.
+// as that entry found it (arch::entry_origin). That entry may have set the guard already (it does
+// before it reads the cursor), and only this call's own: a nested call never comes here.
 extern "C" __attribute__((visibility("hidden"), noinline, optimize("omit-frame-pointer"))) void*
-memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
+memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame, uint64_t sp) {
   if (mode() != kEvery) {  // memhook changed modes (or detached) since the entry looked
     // The guard cleared: left set, it would pass every later call of this thread through, in
     // every later session too (a thread stopped here while memhook detached: the spinner
@@ -224,7 +224,7 @@ memhook_record_malloc(void* p, uint64_t size, void** ret, void** frame) {
     leave(t_state);
     return p;
   }
-  return record_alloc_leaf<ID_malloc>(p, size, Origin{ret, frame});
+  return record_alloc_leaf<ID_malloc>(p, size, arch::entry_origin(ret, frame, sp));
 }
 #endif
 

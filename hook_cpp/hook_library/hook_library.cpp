@@ -60,7 +60,7 @@ using namespace memhook;
 #include "following.h"       // --follow-fork: a forked child, an exec, wait for memhook
 #include "exit_check.h"      // exit(): wait for memhook's leak check
 #include "entry_points.h"     // memhook_hook_*, memhook_sample_*, memhook_filter_*
-                              // (memhook_hook_malloc: arch/x86_64/malloc_entry.S)
+                              // (memhook_hook_malloc: arch/<arch>/malloc_entry.S)
 #include "python_allocator.h" // CPython's allocator structs: pymalloc's calls, to the hooks
 #include "lifecycle.h"        // memhook_start, abandon
 #include "allocator_stats.h"  // jemalloc's, tcmalloc's, mimalloc's own statistics

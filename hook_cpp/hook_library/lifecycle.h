@@ -139,8 +139,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
                             : nullptr;
 #if MEMHOOK_MALLOC_ENTRY
   const bool use_avx512 = avx512 && !c->no_avx512;
-  g_compare_first = use_avx512 ? memhook_compare_avx512 : memhook_compare_sse;
-  g_compare_last = use_avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;
+  arch::pair_steps(use_avx512, &g_compare_first, &g_compare_last);
 #endif
   g_nrings = c->nrings;
   g_ring_bytes = c->ring_bytes;

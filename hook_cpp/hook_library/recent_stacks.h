@@ -44,11 +44,10 @@ inline bool same_stack(const RecentStack* c, Origin from, uint64_t ret0) {
 #if MEMHOOK_MALLOC_ENTRY
 // memhook_hook_malloc compares a recent stack in two unrolled sequences (segment.h): words,
 // step j comparing steps[j], one of m words entering at step kAlignedSteps - m; then pairs,
-// step j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n, with AVX-512
-// (vpternlogq) or SSE4.1, both ending at memhook_compare_done (the record). Every word step has
-// the same size, and every pair step but the last, which follows no pointer.
-extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
-    memhook_compare_avx512_last[], memhook_compare_words[], memhook_compare_words_end[],
+// step j comparing pairs[j], one of n pairs entering at step kAlignedPairs - n (on x86-64 with
+// AVX-512 or SSE4.1: arch::pair_steps), ending at memhook_compare_done (the record). Every word
+// step has the same size, and every pair step but the last.
+extern "C" const char memhook_compare_words[], memhook_compare_words_end[],
     memhook_compare_done[], memhook_compare_miss[];
 const char* g_compare_first;  // the pair sequence this CPU runs (memhook_start)
 const char* g_compare_last;

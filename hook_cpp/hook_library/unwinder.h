@@ -142,7 +142,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
     bool known;
     const uint32_t r = row_for(exact ? pc : pc - 1, &known);
     uint64_t cfa, bp_at = 0;
-    bool pair = false;  // the frame-pointer shape: CFA = rbp + 16, rbp saved at CFA - 16
+    bool pair = false;  // a frame record at rbp: rbp saved there, the return address above
     if (!known) {
       // No rows: one frame-pointer step, as the code may keep frame pointers. Its result is not
       // kept where rows may still come (a library loaded later).
@@ -163,7 +163,7 @@ inline uint64_t* unwind(uint64_t ret0, uint64_t sp, uint64_t bp, StackRegion reg
           if (!bp_known) return row_last(r) ? o : (*o++ = kFrameUnwindStopped, o);
           w.use_bp();
           cfa = bp + cfa_offset(r);
-          pair = cfa_offset(r) == 16 && rbp_rule(r) == kRbpSaved && rbp_slot(r) == 2;
+          pair = arch::frame_record_row(r);
           break;
         case kRowSignal: {
           // __restore_rt: the handler's CFA is the ucontext the kernel saved the interrupted

@@ -1,7 +1,10 @@
 """Running the in-process harnesses (tests/targets/*_harness.cpp): each loads the real hook
-library into its own process, no GDB, on a segment formatted here as memhook would."""
+library into its own process, no GDB, on a segment formatted here as memhook would. On this
+host's processor, the installed library; for AArch64 (issue 46), a cross-built one run under
+qemu-user, with or without pointer authentication as the CPU model has it."""
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import subprocess
@@ -11,14 +14,48 @@ from pathlib import Path
 from conftest import build
 from memhook import _native, elf
 
-COMMON = Path(__file__).parents[2] / "hook_cpp" / "common"
-ARCH = Path(__file__).parents[2] / "hook_cpp" / "arch" / platform.machine()  # (record_format.h's)
+REPO = Path(__file__).parents[2]
+COMMON = REPO / "hook_cpp" / "common"
+ARCH = REPO / "hook_cpp" / "arch" / platform.machine()  # (record_format.h's)
+CROSS_BUILD = REPO / "build" / "test-hooks-aarch64"
+AARCH64_LIBC = "/usr/aarch64-linux-gnu"  # Debian's cross glibc (g++-aarch64-linux-gnu)
+
+
+def aarch64_hook_library() -> Path:
+    """The hook library cross-built for AArch64 from this checkout (scripts/aarch64-toolchain.cmake),
+    incrementally, one build at a time across test workers."""
+    CROSS_BUILD.mkdir(parents=True, exist_ok=True)
+    with open(CROSS_BUILD.parent / "test-hooks-aarch64.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = {k: v for k, v in os.environ.items() if k != "MEMHOOK_SYSROOT"}
+        if not (CROSS_BUILD / "CMakeCache.txt").exists():
+            subprocess.run(["cmake", "-S", str(REPO), "-B", str(CROSS_BUILD),
+                            f"-DCMAKE_TOOLCHAIN_FILE={REPO / 'scripts/aarch64-toolchain.cmake'}",
+                            "-DMEMHOOK_CONSUMER=OFF", "-DCMAKE_BUILD_TYPE=Release"],
+                           check=True, capture_output=True, env=env)
+        out = subprocess.run(["cmake", "--build", str(CROSS_BUILD), "--target", "memhook_hook"],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return CROSS_BUILD / "libmemhook_hook.so"
 
 
 def run(tmp_path: Path, source: str, *args, ring_bytes: int = 1 << 16, depth: int = 8,
-        sample_rate: int = 0, sse: bool = False) -> tuple[str, Path]:
-    """The harness's output (it must exit 0) and its segment file."""
-    exe = build(tmp_path, source, flags=["-O1", "-I", str(COMMON), "-I", str(ARCH)])
+        sample_rate: int = 0, sse: bool = False, aarch64_cpu: str | None = None
+        ) -> tuple[str, Path]:
+    """The harness's output (it must exit 0) and its segment file. `aarch64_cpu`: the harness
+    and the hook library built for AArch64 (the harness with -mbranch-protection=standard, so
+    that its return addresses are signed where the CPU model has pointer authentication), run
+    under qemu-user with that CPU model."""
+    if aarch64_cpu is None:
+        exe = build(tmp_path, source, flags=["-O1", "-I", str(COMMON), "-I", str(ARCH)])
+        library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
+        runner = []
+    else:
+        exe = build(tmp_path, source, name=f"{Path(source).stem}-aarch64", flags=[
+            "-O1", "-mbranch-protection=standard", "-I", str(COMMON), "-I",
+            str(REPO / "hook_cpp" / "arch" / "aarch64")], compiler="aarch64-linux-gnu-g++")
+        library = aarch64_hook_library()
+        runner = ["qemu-aarch64-static", "-cpu", aarch64_cpu, "-L", AARCH64_LIBC]
     segment = tmp_path / f"segment-{len(list(tmp_path.glob('segment-*')))}"
     fd = os.open(segment, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -26,8 +63,7 @@ def run(tmp_path: Path, source: str, *args, ring_bytes: int = 1 << 16, depth: in
                                0, {}, [], 1000.0, sample_rate, sse)
     finally:
         os.close(fd)
-    library = resources.files("memhook").joinpath(elf.HOOK_LIBRARY_NAME)
-    out = subprocess.run([exe, str(library), str(segment), *map(str, args)],
+    out = subprocess.run([*runner, exe, str(library), str(segment), *map(str, args)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout, segment

@@ -1,7 +1,8 @@
 """The hook library's records, byte for byte: a harness loads it in-process (no GDB, no root),
 calls memhook_hook_malloc and memhook_hook_free directly, and the records in the ring are read
 back by the consumer's decoder (common/record_format.h), under the SSE4.1 comparison and, where
-the CPU has it, AVX-512."""
+the CPU has it, AVX-512; and the AArch64 build's (its own malloc_entry.S) under qemu-user, with
+pointer authentication on (the harness's return addresses signed) and off."""
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,8 @@ import harness
 from memhook import _native, hooks
 
 KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
-PTR_MASK = (1 << _native.PTR_BITS) - 1
 SIZE_MASK = (1 << 56) - 1
+AARCH64_PTR_BITS = 48  # arch::kUserAddressBits there
 RING_BYTES, DEPTH = 1 << 16, 32
 
 
@@ -28,24 +29,27 @@ def records(data: bytes, end: int):
         yield cursor, KIND[kind], op, aux, hdr, list(words)
 
 
-@pytest.fixture(params=["sse", "avx512"])
+@pytest.fixture(params=["sse", "avx512", "aarch64 max", "aarch64 cortex-a57"])
 def ring(request, tmp_path):
-    """Run the harness with the hook library; the ring's records and what the harness printed."""
+    """Run the harness with the hook library; the ring's records, what the harness printed, and
+    the pointer words' pointer bits."""
     if request.param == "avx512" and not cpu_has("avx512vl"):
         pytest.skip("this CPU has no AVX-512VL: memhook_hook_malloc runs its SSE4.1 comparison")
+    cpu = request.param.split()[1] if request.param.startswith("aarch64") else None
     stdout, segment = harness.run(tmp_path, "hook_harness.cpp", ring_bytes=RING_BYTES,
-                                  depth=DEPTH, sse=request.param == "sse")
+                                  depth=DEPTH, sse=request.param == "sse", aarch64_cpu=cpu)
     said = {}
     for line in stdout.splitlines():
         key, *values = line.split()
         said[key] = [int(v, 0) for v in values]
     assert said["start"] == [0]
     body, write = harness.ring(segment, RING_BYTES, DEPTH)
-    return list(records(body, write)), said
+    return list(records(body, write)), said, AARCH64_PTR_BITS if cpu else _native.PTR_BITS
 
 
 def test_malloc_and_free_records(ring):
-    recs, said = ring
+    recs, said, ptr_bits = ring
+    PTR_MASK = (1 << ptr_bits) - 1
     malloc, free = hooks.BY_SYMBOL["malloc"].id, hooks.BY_SYMBOL["free"].id
     malloc_header = 1 | malloc << 8  # kAlloc, malloc, no frames, no dependency
     kinds = [r[1] for r in recs]
@@ -60,7 +64,7 @@ def test_malloc_and_free_records(ring):
     cursor, _, op, dep, hdr, words = a
     assert op == malloc and dep == 0
     ptr_word, size_word, *frames = words
-    assert ptr_word & PTR_MASK == pa and ptr_word >> _native.PTR_BITS != 0  # the allocating frame's depth
+    assert ptr_word & PTR_MASK == pa and ptr_word >> ptr_bits != 0  # the allocating frame's depth
     assert size_word & SIZE_MASK == 16
     slot_bits = size_word & ~SIZE_MASK
     assert slot_bits != 0, "a walked stack fills a slot"

@@ -1,9 +1,8 @@
 // What the C++ code needs of an AArch64 processor: the same names as arch/x86_64/arch.h (issue 46).
 //
-// Beside it: hook_frame.h (where a hook was called from), cell_code.h (an entry patch's B and
-// stub), plt_rows.h. Not here yet: a hand-written malloc entry (MEMHOOK_MALLOC_ENTRY 0: malloc
-// gets the compiled hook) with its asm_offsets.cpp, and the syscall stub the leak check's copy
-// of the target needs (the check reads the target stopped).
+// Beside it: malloc_entry.S (malloc's every-call entry, by hand), hook_frame.h (where a hook was
+// called from), cell_code.h (an entry patch's B and stub), plt_rows.h. Not here yet: the
+// syscall stub the leak check's copy of the target needs (the check reads the target stopped).
 #pragma once
 #include <elf.h>
 #include <stddef.h>
@@ -16,9 +15,9 @@
 namespace memhook {
 namespace arch {
 
-// No hand-written malloc entry yet: malloc's every-call entry is the compiled hook
-// (entry_points.h), as every other function's is.
-#define MEMHOOK_MALLOC_ENTRY 0
+// malloc's every-call entry is written by hand here (malloc_entry.S: the recent stack compared
+// in unrolled steps, as on x86-64).
+#define MEMHOOK_MALLOC_ENTRY 1
 // The symbol version of glibc's first release for this processor (hook_library/
 // glibc_baseline.h).
 #define MEMHOOK_GLIBC_FIRST "GLIBC_2.17"
@@ -145,6 +144,21 @@ inline uint64_t return_address(uint64_t stored) {
   register uint64_t lr asm("x30") = stored;
   asm("hint #7" : "+r"(lr));  // xpaclri
   return lr;
+}
+
+// A frame record at x29 (stp x29, x30, [sp, #-N]!; mov x29, sp): CFA = x29 + N, x29 saved at
+// CFA - N, x30 above it. Its two words are one pair of the malloc entry's comparison, wherever
+// GCC put the record in the frame.
+constexpr bool frame_record_row(uint32_t r) {
+  return rbp_rule(r) == kRbpSaved && cfa_offset(r) == 8 * uint64_t(rbp_slot(r));
+}
+
+// The malloc entry's pair comparison (malloc_entry.S), from its first step to its last: one,
+// for every AArch64 processor.
+extern "C" const char memhook_compare_pairs[], memhook_compare_pairs_last[];
+inline void pair_steps(bool /*avx512*/, const char** first, const char** last) {
+  *first = memhook_compare_pairs;
+  *last = memhook_compare_pairs_last;
 }
 
 }  // namespace arch

@@ -26,6 +26,8 @@ inline Origin origin_of(HookFrame f) { return {f.fp + 1, (void**)f.fp[0], f.cfa}
 inline uint64_t caller_sp(Origin from) { return from.sp; }
 // The hook's frame base as x86-64 has it (its CFA - 16): a free's depth on the stack.
 inline uint64_t frame_base(HookFrame f) { return f.cfa - 16; }
+// The origin malloc_entry.S found: where it stored x30, the caller's x29 and sp.
+inline Origin entry_origin(void** ret, void** frame, uint64_t sp) { return {ret, frame, sp}; }
 
 }  // namespace arch
 }  // namespace memhook

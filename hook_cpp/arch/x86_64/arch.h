@@ -135,5 +135,20 @@ constexpr uint64_t kSignalUcontext = 0;
 // A return address as stored: here, just that.
 inline uint64_t return_address(uint64_t stored) { return stored; }
 
+// A frame-pointer frame (push rbp; mov rsp, rbp): CFA = rbp + 16, rbp saved at CFA - 16, the
+// return address above it. Its two words are one pair of the malloc entry's comparison.
+constexpr bool frame_record_row(uint32_t r) {
+  return cfa_offset(r) == 16 && rbp_rule(r) == kRbpSaved && rbp_slot(r) == 2;
+}
+
+// The malloc entry's pair comparison this CPU runs (malloc_entry.S): AVX-512's or SSE4.1's,
+// from its first step to its last.
+extern "C" const char memhook_compare_sse[], memhook_compare_sse_last[], memhook_compare_avx512[],
+    memhook_compare_avx512_last[];
+inline void pair_steps(bool avx512, const char** first, const char** last) {
+  *first = avx512 ? memhook_compare_avx512 : memhook_compare_sse;
+  *last = avx512 ? memhook_compare_avx512_last : memhook_compare_sse_last;
+}
+
 }  // namespace arch
 }  // namespace memhook

@@ -22,6 +22,8 @@ inline Origin origin_of(HookFrame fp) { return {fp + 1, (void**)fp[0]}; }
 inline uint64_t caller_sp(Origin from) { return (uint64_t)(from.ret + 1); }
 // The hook's frame base (its CFA - 16), a free's depth on the stack (records.h: with_depth).
 inline uint64_t frame_base(HookFrame fp) { return (uint64_t)fp; }
+// The origin malloc_entry.S found: where the return address is (the caller's sp is above it).
+inline Origin entry_origin(void** ret, void** frame, uint64_t /*sp*/) { return {ret, frame}; }
 
 }  // namespace arch
 }  // namespace memhook
