@@ -32,8 +32,6 @@ class Arch:
     # itself (AArch64's do_signal rewinds the pc before the stop), not after it (x86-64)
     syscall_rewound: bool
     # what this processor's build does not do yet, each a sentence memhook says when asked for it
-    no_fork_copy: str = ""
-    no_python_frames: str = ""
     no_prologue_rows: str = ""
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
@@ -62,8 +60,6 @@ AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
                syscall_rewound=True,
                sigreturn_code=bytes.fromhex("681180d2" "010000d4"),  # mov x8, #139; svc #0
                insn_align=4,
-               no_fork_copy=f"the target's copy for the leak check {_NOT_YET}",
-               no_python_frames=f"reading Python frames {_NOT_YET}",
                no_prologue_rows=f"deriving unwind rows from prologues {_NOT_YET}")
 
 # The one this build is for.

@@ -112,7 +112,7 @@ chmod 0755 "$1/memhook-init"' \
 }
 
 run() {
-  local dir=$1 timeout=${MEMHOOK_ARM64_TIMEOUT:-1800}
+  local dir=$1 timeout=${MEMHOOK_ARM64_TIMEOUT:-3600}
   build
   command -v qemu-system-aarch64 > /dev/null || host_tools
   rm -f "$dir/guest.rc" "$dir/guest.out"

@@ -93,5 +93,6 @@ int main() {
   define("ENTRY_CURSOR_SHIFT", kDepShift - 3, "a table entry's event: cursor << this");
   define_hex("GOLDEN32", kGolden32, "the hashes' multiplier");
   define("RECENT_STACK_SHIFT", 32 - __builtin_ctz(kRecentStacks), "recent_stack_for(): the top bits");
+  for (const auto& c : arch::kAsmConstants) define(c.name, c.value, c.why);
   return 0;
 }

@@ -57,11 +57,12 @@ inline std::vector<std::pair<uint64_t, uint64_t>> writable_mappings(int pid) {
   return out;
 }
 
-// A page below `sp` in one writable mapping: room for the stub's return (152 bytes under the
-// red zone). A thread at the very end of its stack is not made to make a call.
+// Room below `sp` in one writable mapping for what the stub keeps there (arch.h: x86-64's return
+// under the red zone, AArch64's signal frame). A thread at the very end of its stack is not
+// made to make a call.
 inline bool room_below(const std::vector<std::pair<uint64_t, uint64_t>>& writable, uint64_t sp) {
   for (auto& [lo, hi] : writable)
-    if (lo + 4096 <= sp && sp <= hi) return true;
+    if (lo + arch::kStubStackBytes <= sp && sp <= hi) return true;
   return false;
 }
 
@@ -138,9 +139,11 @@ class ForkedImage {
     }
     const auto writable = writable_mappings(pid);
     size_t k = 0;
-    while (k < threads.size() && !room_below(writable, threads[k].sp())) k++;
+    while (k < threads.size() && (!room_below(writable, threads[k].sp()) ||
+                                  arch::restarts_from_scratch(threads[k].regs.data())))
+      k++;
     if (k == threads.size()) {
-      *why = "no thread has room on its stack for the call";
+      *why = "no thread has room on its stack for the call, or may be made to";
       return false;
     }
     long r = 0;
@@ -179,7 +182,8 @@ class ForkedImage {
     StoppedThreads one;
     std::string why;
     if (!one.stop_one(target, deadline_ns, &why) ||
-        !room_below(writable_mappings(target), one.threads()[0].sp()))
+        !room_below(writable_mappings(target), one.threads()[0].sp()) ||
+        arch::restarts_from_scratch(one.threads()[0].regs.data()))
       return false;
     long r = 0;
     const bool ok = injected_syscall(one.mutable_threads()[0], stub, ctl, SYS_wait4,

@@ -97,9 +97,6 @@ def _examine(obj, syms: dict, mem: Memory) -> Interpreter:
     found = Interpreter(obj.path)
     found.version, found.minor = _version(obj, syms, mem)
     name = f"CPython {found.version or '(version unknown)'}"
-    if arch.HOST.no_python_frames:  # (its layouts and code reading are x86-64's so far)
-        found.why = f"{name}: {arch.HOST.no_python_frames}"
-        return found
     if any(s in syms for s in FREE_THREADED_SYMBOLS):
         found.why = f"{name} is a free-threaded build: memhook reads the frames of GIL builds"
         return found
@@ -144,11 +141,37 @@ def allocator_struct(function: int | None, mem: Memory, text: tuple) -> int:
     interpreter's object (`text`: its address range)."""
     if not function:
         return 0
-    from iced_x86 import Code, Decoder, OpKind, Register
     try:
         code = mem.read(function, 96)
     except OSError:
         return 0
+    reads = (_loads_aarch64 if arch.HOST is arch.AARCH64 else _loads_x86_64)(function, code, mem)
+    # The struct: ctx and malloc read a word apart; or, where an LTO build reads only the
+    # malloc pointer on its way (to compare it with pymalloc's own, ctx read later), that one.
+    candidates = [a for a in reads if a + 8 in reads] + [a - 8 for a in reads]
+    for at in candidates:
+        try:
+            words = struct.unpack("<5Q", mem.read(at, 40))
+        except (OSError, struct.error):
+            continue
+        if all(text[0] <= w < text[1] for w in words[1:]):
+            return at
+    return 0
+
+
+def _load(regs: dict, reg, at: int, mem: Memory) -> None:
+    """A register loaded from `at`: its value where it can be read (a pointer followed later),
+    else unknown."""
+    try:
+        regs[reg] = mem.u64(at)
+    except (OSError, struct.error):
+        regs.pop(reg, None)
+
+
+def _loads_x86_64(function: int, code: bytes, mem: Memory) -> list:
+    """The addresses the first instructions at `function` load from (iced-x86), registers
+    followed through the loads whose address is known."""
+    from iced_x86 import Code, Decoder, OpKind, Register
     regs: dict = {}
     reads: list = []
     for n, insn in enumerate(Decoder(64, code, ip=function)):
@@ -168,21 +191,52 @@ def allocator_struct(function: int | None, mem: Memory, text: tuple) -> int:
             continue
         reads.append(at)
         if insn.code == Code.MOV_R64_RM64:
-            try:
-                regs[insn.op0_register] = mem.u64(at)
-            except (OSError, struct.error):  # (a pointer it follows later: not the struct's)
-                regs.pop(insn.op0_register, None)
-    # The struct: ctx and malloc read a word apart; or, where an LTO build reads only the
-    # malloc pointer on its way (to compare it with pymalloc's own, ctx read later), that one.
-    candidates = [a for a in reads if a + 8 in reads] + [a - 8 for a in reads]
-    for at in candidates:
-        try:
-            words = struct.unpack("<5Q", mem.read(at, 40))
-        except (OSError, struct.error):
-            continue
-        if all(text[0] <= w < text[1] for w in words[1:]):
-            return at
-    return 0
+            _load(regs, insn.op0_register, at, mem)
+    return reads
+
+
+def _loads_aarch64(function: int, code: bytes, mem: Memory) -> list:
+    """The same for AArch64 (capstone): an address is built by ADRP (and ADD) or taken from a
+    register loaded before, then read by LDR or LDP (Debian's LTO build reads ctx and malloc
+    with one LDP from a struct ADRP names; a shared libpython loads _PyRuntime from its GOT)."""
+    from capstone import CS_ARCH_ARM64, CS_MODE_ARM, Cs
+    from capstone import arm64 as a
+    md = Cs(CS_ARCH_ARM64, CS_MODE_ARM)
+    md.detail = True
+    regs: dict = {}
+    reads: list = []
+    for n, i in enumerate(md.disasm(code, function)):
+        if n >= 16 or i.id == a.ARM64_INS_RET:
+            break
+        ops = list(i.operands)
+        # the registers named (w<n> is x<n>'s low half: written, x<n> is no longer known)
+        xs = [re.sub(r"^w(\d+)$", r"x\1.w", i.reg_name(o.reg)) for o in ops
+              if o.type == a.ARM64_OP_REG]
+        if xs and xs[0].endswith(".w") and i.id not in (a.ARM64_INS_LDR, a.ARM64_INS_LDP):
+            regs.pop(xs[0][:-2], None)
+        elif i.id in (a.ARM64_INS_ADRP, a.ARM64_INS_ADR) and ops[1].type == a.ARM64_OP_IMM:
+            regs[xs[0]] = ops[1].imm
+        elif i.id == a.ARM64_INS_ADD and len(ops) == 3 and ops[2].type == a.ARM64_OP_IMM \
+                and not ops[2].shift.value and xs[1] in regs:
+            regs[xs[0]] = (regs[xs[1]] + ops[2].imm) & (2**64 - 1)
+        elif i.id == a.ARM64_INS_MOV and len(xs) == 2 and xs[1] in regs:
+            regs[xs[0]] = regs[xs[1]]
+        elif i.id in (a.ARM64_INS_LDR, a.ARM64_INS_LDP) and ops[-1].type in (
+                a.ARM64_OP_MEM, a.ARM64_OP_IMM) and not getattr(i, "writeback", False):
+            last = ops[-1]
+            base = i.reg_name(last.mem.base) if last.type == a.ARM64_OP_MEM else None
+            at = last.imm if last.type == a.ARM64_OP_IMM else \
+                regs[base] + last.mem.disp if base in regs and not last.mem.index else None
+            for k, reg in enumerate(xs):  # (the destinations: the base is the operand's)
+                if at is None or reg.endswith(".w"):
+                    regs.pop(reg.removesuffix(".w"), None)
+                    continue
+                reads.append(at + 8 * k)
+                _load(regs, reg, at + 8 * k, mem)
+        else:
+            for reg in xs[:1]:
+                regs.pop(reg.removesuffix(".w"), None)  # (written by what is not followed)
+    return reads
 
 
 def _check_debug_offsets(obj, syms: dict, mem: Memory, minor: int) -> str:

@@ -1,10 +1,11 @@
 """Where each CPython version keeps a thread's frames and a code object's names: the offsets the
 hooks read them by (PythonLayout, common/segment.h; hook_library/python_frames.h).
 
-Release builds for x86-64, one layout per minor version: CPython keeps these structures the
-same across a minor version's releases (3.13 states it in _Py_DebugOffsets, which
-python_interpreter.py checks this table against). Measured with offsetof() against each
-version's own headers (Py_BUILD_CORE), as docs/development.md shows how."""
+Release builds, one layout per minor version: CPython keeps these structures the same across a
+minor version's releases (3.13 states it in _Py_DebugOffsets, which python_interpreter.py checks
+this table against), and on x86-64 and AArch64 alike (both LP64; 3.11's checked against Debian
+12's arm64 headers). Measured with offsetof() against each version's own headers
+(Py_BUILD_CORE), as docs/python.md shows how."""
 from __future__ import annotations
 
 from .. import _native

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from .. import arch, elf, heap_census, procfs
+from .. import elf, heap_census, procfs
 
 
 @functools.lru_cache(maxsize=4)
@@ -76,8 +76,6 @@ def fork_stub(session, status: dict) -> tuple[int, str]:
     if session.options.check_by == "stop" or not session.lib_base or \
             not getattr(session, "library", "") or not status:
         return 0, ""
-    if arch.HOST.no_fork_copy:
-        return 0, arch.HOST.no_fork_copy
     if status.get("Seccomp", "0") != "0":
         return 0, "a seccomp filter: the target is not made to clone itself"
     offset = elf.exported_offsets(session.library).get("memhook_syscall_stub")

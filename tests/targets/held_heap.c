@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void** table;
+/* volatile: only ever written, a static may be dropped by the compiler (gcc -O2 for AArch64 does:
+ * its table was then lost, as valgrind said too). */
+static void** volatile table;
 
 /* The stack below main's frame zeroed after a fill: the last block's pointer, left in a slot the
  * next fgets() frame does not write, would be a root (as harness.h's harness_scrub). */
@@ -17,11 +19,12 @@ __attribute__((noinline)) static void scrub(void) {
 
 __attribute__((noinline)) static void fill(size_t mib, size_t size) {  /* (its registers not main's) */
   const size_t n = (mib << 20) / size;
-  table = malloc(n * sizeof *table);
+  void** const t = malloc(n * sizeof *t);
+  table = t;
   for (size_t i = 0; i < n; i++) {
     char* p = malloc(size);
     memset(p, (int)(i & 0x7f), size);
-    table[i] = (i % 16 == 15) ? NULL : p;
+    t[i] = (i % 16 == 15) ? NULL : p;
   }
   printf("blocks %zu\n", n);
 }

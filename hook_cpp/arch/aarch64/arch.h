@@ -1,8 +1,8 @@
 // What the C++ code needs of an AArch64 processor: the same names as arch/x86_64/arch.h (issue 46).
 //
-// Beside it: malloc_entry.S (malloc's every-call entry, by hand), hook_frame.h (where a hook was
-// called from), cell_code.h (an entry patch's B and stub), plt_rows.h. Not here yet: the
-// syscall stub the leak check's copy of the target needs (the check reads the target stopped).
+// Beside it: malloc_entry.S (malloc's every-call entry, by hand), syscall_stub.S (a system call
+// a stopped thread makes for the leak check), hook_frame.h (where a hook was called from),
+// cell_code.h (an entry patch's B and stub), plt_rows.h.
 #pragma once
 #include <elf.h>
 #include <stddef.h>
@@ -90,12 +90,59 @@ constexpr uint64_t kTcbDtvOffset = 0;
 constexpr int kRegsSyscallNumber = 8;
 constexpr int kRegsSyscallResult = 0;
 constexpr int kRegsSyscallArgs[] = {0, 1, 2, 3, 4, 5};
-// Not yet here: the leak check's copy of the process (forked_image.h) needs a syscall stub that
-// puts every register back (rt_sigreturn's frame, on AArch64) and a restart through
-// NT_ARM_SYSTEM_CALL, since user_pt_regs has no orig_x0. Without the stub the library exports
-// no memhook_syscall_stub, and the check reads the target stopped (reachability/check.py).
+// The leak check's copy of the process (forked_image.h): the stub (syscall_stub.S) puts every
+// register back through rt_sigreturn, from a signal frame it writes below the thread's sp
+// (4688 bytes). A thread stopped in a system call the kernel restarts was already set to
+// restart before its stop (the kernel's do_signal rewinds pc to the svc and puts x0 back), and
+// the restart it would decide after the stop is skipped for the stub's pc: nothing to undo or
+// redo, but for a call that restarts through restart_syscall (-ERESTART_RESTARTBLOCK: relative
+// sleeps and waits), which would run again from scratch. Its return value, which says so, is
+// gone by the stop, so a thread whose x8 names such a call is not made to make the stub's.
 inline void no_restart(uint64_t* /*regs*/) {}
 inline void as_resumed(uint64_t* /*regs*/) {}
+constexpr int kCallRegs = 34;  // user_pt_regs: x0-x30, sp, pc, pstate
+constexpr uint64_t kStubStackBytes = 8192;
+// The signal frame syscall_stub.S writes for rt_sigreturn (struct rt_sigframe: a siginfo, then
+// the ucontext; in uc_mcontext.__reserved the FP/SIMD record the kernel requires, then the
+// terminator), for asm_offsets.cpp to print.
+struct AsmConstant {
+  const char* name;
+  long long value;
+  const char* why;
+};
+constexpr uint64_t kSiginfoBytes = 128, kUcStack = 16, kUcSigmask = 40, kUcRegs = 184,
+                   kUcReserved = 464, kUcontextBytes = 4560, kFpsimdMagic = 0x46508001,
+                   kFpsimdBytes = 528;
+constexpr AsmConstant kAsmConstants[] = {
+    {"SIGFRAME_BYTES", kSiginfoBytes + kUcontextBytes, "struct rt_sigframe"},
+    {"SIGINFO_BYTES", kSiginfoBytes, "the ucontext, from the frame"},
+    {"UC_STACK", kUcStack, "uc_stack (sigaltstack's)"},
+    {"UC_SIGMASK", kUcSigmask, "uc_sigmask"},
+    {"UC_REGS", kUcRegs, "uc_mcontext.regs: x0-x30, then sp, pc, pstate"},
+    {"UC_RESERVED", kUcReserved, "uc_mcontext.__reserved: the records"},
+    {"FPSIMD_MAGIC", kFpsimdMagic, "struct fpsimd_context's"},
+    {"FPSIMD_BYTES", kFpsimdBytes, "its size: head, fpsr, fpcr, v0-v31"}};
+#if defined(__aarch64__)
+}  // namespace arch
+}  // namespace memhook
+#include <asm/sigcontext.h>
+#include <signal.h>
+namespace memhook {
+namespace arch {
+static_assert(FPSIMD_MAGIC == kFpsimdMagic && sizeof(fpsimd_context) == kFpsimdBytes);
+static_assert(sizeof(siginfo_t) == kSiginfoBytes && sizeof(ucontext_t) == kUcontextBytes);
+static_assert(offsetof(ucontext_t, uc_stack) == kUcStack &&
+              offsetof(ucontext_t, uc_sigmask) == kUcSigmask &&
+              offsetof(ucontext_t, uc_mcontext.regs) == kUcRegs &&
+              offsetof(ucontext_t, uc_mcontext.__reserved) == kUcReserved);
+#endif
+inline bool restarts_from_scratch(const uint64_t* regs) {
+  const uint64_t nr = regs[kRegsSyscallNumber];
+  constexpr uint64_t kNanosleep = 101, kClockNanosleep = 115, kPpoll = 73, kPselect6 = 72,
+                     kFutex = 98, kFutexWait = 0, kFutexCmd = 0x7f;
+  return nr == kNanosleep || nr == kClockNanosleep || nr == kPpoll || nr == kPselect6 ||
+         (nr == kFutex && (regs[1] & kFutexCmd) == kFutexWait && regs[3] != 0);
+}
 
 // The bits of a word that can be an address: Linux lets user pointers carry a tag in their top
 // byte (Top Byte Ignore: MTE, HWASan), which the hardware ignores and a comparison must too.

@@ -1,6 +1,7 @@
 // What the C++ code needs of an x86-64 processor, in one place (the seam: another processor is a
 // folder beside this one with the same names). The hand-written malloc entry (malloc_entry.S)
-// and the offsets it reads (asm_offsets.cpp) are this folder's too.
+// and the leak check's syscall stub (syscall_stub.S) are this folder's too; the offsets they
+// read come from hook_library/asm_offsets.cpp.
 #pragma once
 #include <cpuid.h>
 #include <elf.h>
@@ -96,6 +97,18 @@ constexpr int kRegsSyscallResult = 10;
 constexpr int kRegsRestartNumber = 15;   // orig_rax
 constexpr int kRegsSyscallArgs[] = {14, 13, 12, 7, 9, 8};  // rdi, rsi, rdx, r10, r8, r9
 inline void no_restart(uint64_t* regs) { regs[kRegsRestartNumber] = ~uint64_t(0); }
+// Control::call_regs' words: user_regs_struct's 27, with room to spare. The stub's stack below
+// the thread's sp (its return, under the red zone), and a thread the stub may run on: any.
+constexpr int kCallRegs = 32;
+constexpr uint64_t kStubStackBytes = 4096;
+inline bool restarts_from_scratch(const uint64_t* /*regs*/) { return false; }  // (as_resumed)
+// Constants of this processor's own that its assembly reads (asm_offsets.cpp prints them).
+struct AsmConstant {
+  const char* name;
+  long long value;
+  const char* why;
+};
+constexpr AsmConstant kAsmConstants[] = {{"RED_ZONE", 128, "the ABI's red zone below rsp"}};
 
 // The registers a thread stopped in signal delivery goes on with when it takes no signal: a
 // system call it was interrupted in restarts (-ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND:
