@@ -186,3 +186,14 @@ def test_slots_patched_and_restored_by_the_hook_library(tmp_path):
         (S["restored"], real, real), (S["patched"], 0x1234, 0x10030),
         (S["skipped"], 0xDEAD0000, 0xDEAD0000), (S["unreadable"], 0, real),
         (S["restored"], real, real)]
+
+
+@pytest.mark.parametrize("cpu", ["max", "cortex-a57"])
+def test_the_aarch64_syscall_stub_puts_every_register_back(tmp_path, cpu):
+    """The leak check's stub on AArch64 (arch/aarch64/syscall_stub.S), entered as memhook has a
+    stopped thread enter it but without ptrace (qemu-user has none): after its call it returns,
+    through rt_sigreturn, with every general register, sp, pc and the flags call_regs holds,
+    the FP/SIMD registers, signal mask and alternate stack as they were, and says so."""
+    import harness
+    stdout, _ = harness.run(tmp_path, "stub_harness_a64.cpp", aarch64_cpu=cpu)
+    assert "bad 0" in stdout and stdout.count(" ok") == 39, stdout
