@@ -31,8 +31,6 @@ class Arch:
     # a thread stopped in a system call the kernel will restart is shown at the instruction
     # itself (AArch64's do_signal rewinds the pc before the stop), not after it (x86-64)
     syscall_rewound: bool
-    # what this processor's build does not do yet, each a sentence memhook says when asked for it
-    no_prologue_rows: str = ""
     gdb_sp: str = "$sp"
     gdb_pc: str = "$pc"
     # The relocations come from hook_cpp/arch/<arch>/arch.h (through the consumer module), the
@@ -59,8 +57,7 @@ AARCH64 = Arch("aarch64", "EM_AARCH64", red_zone=0, stack_align=16,
                breakpoint_rewinds=False,                     # (brk leaves the pc at itself)
                syscall_rewound=True,
                sigreturn_code=bytes.fromhex("681180d2" "010000d4"),  # mov x8, #139; svc #0
-               insn_align=4,
-               no_prologue_rows=f"deriving unwind rows from prologues {_NOT_YET}")
+               insn_align=4)
 
 # The one this build is for.
 HOST = {"x86-64": X86_64, "aarch64": AARCH64}[_native.ARCH_NAME]

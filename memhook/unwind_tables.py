@@ -121,8 +121,6 @@ def with_derived_rows(file: str, rows: bytes) -> tuple[bytes, list]:
     (prologue_rows.py); [(start, end)] of those functions (link-time addresses)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
-    if arch.HOST.no_prologue_rows:  # (the prologue reader decodes x86-64 only so far)
-        return rows, []
     try:
         with open(file, "rb") as f:
             elf = ELFFile(f)

@@ -391,14 +391,19 @@ def test_debian_python_bytearray_leak(tmp_path, targets):
     assert len(names) >= 14 and names[-1] == "_start", names
 
 
-@pytest.mark.parametrize("how", ["no tables", "no search table"])
+@pytest.mark.arm64
+@pytest.mark.parametrize("how", ["no tables", "no search table", "no tables, no frame pointers"])
 def test_library_without_call_frame_information(tmp_path, how, targets):
     """Code no CFI covers: functions of a library built without unwind tables beside one built
     with them (gaps between its FDEs), or the same library linked without .eh_frame_hdr
     (memhook enumerates its FDEs from .eh_frame itself: tests/unit/test_native.py). Its
-    frames keep frame pointers and are walked by frame-pointer steps to the whole stack."""
+    frames keep frame pointers and are walked to the whole stack by rows derived from their
+    prologues (or, before those, frame-pointer steps); without frame pointers, by those rows
+    alone."""
     lib = tmp_path / "libnocfi.so"
-    subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables",
+    frame_pointers = "-fomit-frame-pointer" if "no frame pointers" in how else \
+        "-fno-omit-frame-pointer"
+    subprocess.run(["gcc", "-O2", frame_pointers, "-fno-asynchronous-unwind-tables",
                     "-fno-unwind-tables", "-c", "-fPIC", "-x", "c", "-", "-o",
                     str(lib.with_suffix(".o"))],
                    input="#include <stdlib.h>\n#include <string.h>\n"
@@ -427,3 +432,6 @@ def test_library_without_call_frame_information(tmp_path, how, targets):
     names = [f["function"] for f in leak["frames"] if not f.get("inlined")]
     assert names == ["inner", "nocfi_leak", "caller", "main"], names
     assert not report.get("modules_without_unwind_rows"), report["modules_without_unwind_rows"]
+    if how != "no search table":
+        assert [f.get("unwound") for f in leak["frames"][:2]] == ["derived rows"] * 2, \
+            leak["frames"][:2]
