@@ -17,10 +17,11 @@ import numpy as np
 
 from . import _native, arch, disk_cache, prologue_rows
 
-CACHE_VERSION = 7  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
+CACHE_VERSION = 8  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
 # 5: rows from an .eh_frame without its search table, and the count of exported functions;
 # 6: rows derived from the prologues of functions without CFI (prologue_rows.py); 7: rows for
-# signal trampolines without CFI (with_signal_trampolines)
+# signal trampolines without CFI (with_signal_trampolines); 8: derived on AArch64 too, and
+# "signal_rows" said
 CACHE_BOUND = 256 << 20  # bytes of rows kept on disk, the least recently used dropped first
 HEADROOM_BYTES = 16 << 20  # room for libraries loaded after attach (sparse until written)
 INDEX_ENTRY_BYTES = 32     # sizeof(UnwindObject)
@@ -68,7 +69,10 @@ def rows_for(file: str, build_id: str, directory: str | None) -> ObjectRows:
             cached.path = file
             return cached
     rows, info = _native.cfi_rows(file)
+    before = len(rows)
     rows = with_signal_trampolines(file, rows)
+    if len(rows) > before:
+        info = {**info, "signal_rows": True}
     rows, derived = with_derived_rows(file, rows)
     if derived:
         info = {**info, "derived": len(derived), "derived_ranges": derived}
@@ -203,6 +207,10 @@ class UnwindTables:
             m, r = self.objects.get(key, (None, None))
             # (An object whose CFI memhook cannot read may still have rows for its PLT.)
             if r is None:
+                continue
+            # (AArch64's vDSO has no CFI at all; of its code only the signal trampoline, which
+            # has its row, is ever in a stack: its functions are leaves that call nothing)
+            if m.path == "[vdso]" and r.info.get("signal_rows"):
                 continue
             if r.info.get("problem") or len(r.rows) < 2 * _native.ROW_BYTES:
                 out.append((m.path, r.info.get("problem") or "no call-frame information"))
