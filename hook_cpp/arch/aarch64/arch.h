@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <ucontext.h>
+#if defined(__aarch64__)  // (the kernel's signal frame records, for the checks below)
+#include <asm/sigcontext.h>
+#include <signal.h>
+#endif
 
 #include "slot_relocations.h"
 #include "unwind_rows.h"
@@ -123,12 +127,6 @@ constexpr AsmConstant kAsmConstants[] = {
     {"FPSIMD_MAGIC", kFpsimdMagic, "struct fpsimd_context's"},
     {"FPSIMD_BYTES", kFpsimdBytes, "its size: head, fpsr, fpcr, v0-v31"}};
 #if defined(__aarch64__)
-}  // namespace arch
-}  // namespace memhook
-#include <asm/sigcontext.h>
-#include <signal.h>
-namespace memhook {
-namespace arch {
 static_assert(FPSIMD_MAGIC == kFpsimdMagic && sizeof(fpsimd_context) == kFpsimdBytes);
 static_assert(sizeof(siginfo_t) == kSiginfoBytes && sizeof(ucontext_t) == kUcontextBytes);
 static_assert(offsetof(ucontext_t, uc_stack) == kUcStack &&
