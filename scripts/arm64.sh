@@ -29,6 +29,8 @@ suite=bookworm
 packages=linux-image-arm64,mount,mawk,gcc,g++,libc6-dev,gdb,python3,kmod,procps
 packages+=,python3-pyelftools,python3-numpy,python3-pytest,python3-venv,libdw-dev,libelf-dev
 packages+=,python3-dev,python3-capstone,libjemalloc-dev,python3-matplotlib,valgrind,libc6-dbg
+# musl's loader and musl-gcc, for the musl targets (memhook's musl build is cross-built).
+packages+=,musl,musl-dev,musl-tools
 # Modules the initramfs loads to reach the root; 9p's come from the root itself.
 initramfs_modules="virtio_pci virtio_mmio virtio_blk ext4"
 stamp="$suite $packages $initramfs_modules v2"
@@ -40,6 +42,12 @@ host_tools() {
   command -v qemu-aarch64-static > /dev/null || need+=(qemu-user-static)
   command -v update-binfmts > /dev/null || need+=(binfmt-support)
   command -v mkfs.ext4 > /dev/null || need+=(e2fsprogs)
+  command -v aarch64-linux-gnu-g++ > /dev/null || need+=(g++-aarch64-linux-gnu)
+  # (memhook's musl build for the guest: Debian's musl for arm64 beside the host's, multiarch)
+  if [ ! -e /usr/lib/aarch64-linux-musl/musl-gcc.specs ]; then
+    dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+    need+=(musl-dev:arm64)
+  fi
   if [ ${#need[@]} -gt 0 ]; then
     echo "arm64: installing ${need[*]}"
     apt-get update -q > /dev/null
@@ -137,6 +145,7 @@ run() {
 cross_build() {
   local dir=$1 build=${MEMHOOK_ARM64_BUILD:-$(dirname "$cache")/arm64-build} tools
   tools=$(dirname "$cache")/arm64-tools
+  host_tools
   [ -x "$tools/bin/python" ] || python3 -m venv "$tools"
   "$tools/bin/python" -c 'import pybind11' 2> /dev/null || "$tools/bin/pip" install -q pybind11
   MEMHOOK_SYSROOT=$cache/root cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release \
@@ -151,6 +160,8 @@ cross_build() {
   mkdir -p "$dir/pkg"
   cp -r "$repo/memhook" "$dir/pkg/"
   cp "$build"/_native.*.so "$build/libmemhook_hook.so" "$dir/pkg/memhook/"
+  mkdir -p "$dir/pkg/memhook/musl"
+  cp "$build/musl/libmemhook_hook.so" "$dir/pkg/memhook/musl/"
 }
 
 tier() {

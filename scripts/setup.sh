@@ -51,6 +51,11 @@ if [ "${1:-}" = --tests ]; then
   # qemu-user (issue 46; the emulated machine is scripts/arm64.sh's).
   command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
   command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
+  # The musl hook library for AArch64, cross-built against Debian's musl for arm64 (multiarch).
+  if [ ! -e /usr/lib/aarch64-linux-musl/musl-gcc.specs ]; then
+    dpkg --print-foreign-architectures | grep -qx arm64 || as_root dpkg --add-architecture arm64
+    missing+=(musl-dev:arm64)
+  fi
 fi
 # For benchmarks/real_program.py: a real program under its own workload.
 command -v sqlite3 >/dev/null || missing+=(sqlite3)

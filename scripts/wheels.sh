@@ -23,7 +23,8 @@
 #   only libc, libm, libpthread, libdl and the loader).
 # - --arch aarch64: the same wheels for AArch64, cross-built here: zig targets
 #   aarch64-linux-gnu.2.17, elfutils is configured --host=aarch64-linux-gnu, the hook library is
-#   built by Debian's g++-aarch64-linux-gnu (scripts/aarch64-toolchain.cmake; no musl one yet),
+#   built by Debian's g++-aarch64-linux-gnu (scripts/aarch64-toolchain.cmake; the musl one
+#   against Debian's musl-dev:arm64, installed beside the host's through multiarch),
 #   _native is named and the wheel tagged for aarch64 (PYTHON_MODULE_EXTENSION,
 #   _PYTHON_HOST_PLATFORM). The interpreters' headers are this host's: CPython's API is the same.
 # Caches (sources, zig's build of elfutils, the interpreters' build venvs) live in
@@ -53,6 +54,10 @@ for tool in "${tools_needed[@]}"; do
   command -v "$tool" >/dev/null || missing+=("$(case $tool in musl-gcc) echo musl-tools ;;
     *-g++) echo "g++-$cross" ;; qemu-*) echo qemu-user-static ;; *) echo "$tool" ;; esac)")
 done
+if [ -n "$cross" ] && [ ! -e "/usr/lib/$arch-linux-musl/musl-gcc.specs" ]; then
+  dpkg --print-foreign-architectures | grep -qx arm64 || as_root dpkg --add-architecture arm64
+  missing+=(musl-dev:arm64)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   as_root apt-get update -qq
@@ -134,13 +139,12 @@ fi
 hooks=$cache/hooks-$arch
 hook_build=$repo/build/wheel-hooks-$arch
 rm -rf "$hooks" "$hook_build"
+hook_targets=(memhook_hook memhook_hook_musl)
 if [ -z "$cross" ]; then
   log "building the hook libraries (g++, musl-gcc)"
-  hook_targets=(memhook_hook memhook_hook_musl)
   toolchain=()
 else
-  log "building the hook library ($cross-g++; no musl one for $arch yet)"
-  hook_targets=(memhook_hook)
+  log "building the hook libraries ($cross-g++, musl's specs for $arch)"
   toolchain=(-DCMAKE_TOOLCHAIN_FILE="$repo/scripts/$arch-toolchain.cmake")
 fi
 env -u MEMHOOK_SYSROOT cmake -S "$repo" -B "$hook_build" -DCMAKE_BUILD_TYPE=Release \
@@ -150,10 +154,9 @@ cmake --build "$hook_build" -j"$(nproc)" --target "${hook_targets[@]}" \
   >> "$cache/hooks.log" 2>&1 || { tail -20 "$cache/hooks.log"; exit 1; }
 mkdir -p "$hooks"
 cp "$hook_build/libmemhook_hook.so" "$hooks/"
-if [ -z "$cross" ]; then
-  mkdir -p "$hooks/musl"
-  cp "$hook_build/musl/libmemhook_hook.so" "$hooks/musl/"
-else  # CMake's compilers for the module, in a toolchain file of zig's
+mkdir -p "$hooks/musl"
+cp "$hook_build/musl/libmemhook_hook.so" "$hooks/musl/"
+if [ -n "$cross" ]; then  # CMake's compilers for the module, in a toolchain file of zig's
   printf '%s\n' "set(CMAKE_SYSTEM_NAME Linux)" "set(CMAKE_SYSTEM_PROCESSOR $arch)" \
     "set(CMAKE_C_COMPILER $bin/zig-cc)" "set(CMAKE_CXX_COMPILER $bin/zig-c++)" \
     "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)" > "$bin/toolchain.cmake"

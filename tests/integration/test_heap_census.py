@@ -228,6 +228,7 @@ def test_memhook_trim_returns_what_the_census_said(tmp_path, targets):
     assert target.finish() == 0
 
 
+@pytest.mark.arm64
 def test_musl_target_said_without_census_or_trim(tmp_path, musl_target, targets):  # noqa: F811
     """musl has neither glibc's heap nor malloc_trim: one line each, never a traceback."""
     target = targets(musl_target)

@@ -241,6 +241,7 @@ def test_bad_command_is_one_line(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr, proc.stderr
 
 
+@pytest.mark.arm64
 def test_musl_program(tmp_path):
     """A musl program (its loader is its libc, whose _dl_debug_addr points to the loader's
     state only once the loader has relocated itself) is held and traced the same way."""

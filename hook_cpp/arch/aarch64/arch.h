@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <ucontext.h>
-#if defined(__aarch64__)  // (the kernel's signal frame records, for the checks below)
+#if defined(__aarch64__)  // (the kernel's signal frame records, for the checks below; musl's
+#ifdef __GLIBC__          // signal.h declares them itself)
 #include <asm/sigcontext.h>
+#endif
 #include <signal.h>
 #endif
 

@@ -18,16 +18,28 @@
 // Constants and offsets come from asm_offsets.h (hook_library/asm_offsets.cpp).
 #include "asm_offsets.h"
 
-#ifdef MEMHOOK_MUSL
-#error "no musl hook library for AArch64 yet: its TLS would be reached through a descriptor"
-#endif
-
-  // x11 = this thread's ThreadState (initial-exec TLS: the block's offset from TPIDR_EL0).
+  // x11 = this thread's ThreadState: the block's offset from TPIDR_EL0, by initial-exec TLS, or
+  // in the musl build (musl refuses initial-exec TLS in a library dlopen loads) by the TLS
+  // descriptor's call, which returns it in x0 and clobbers only x0 and x30 (musl's
+  // __tlsdesc_static and __tlsdesc_dynamic; x30 is in this entry's frame record). x12 is free
+  // here. No relaxation in a shared library: the call may go through x16.
   .macro memhook_thread_state
+#ifdef MEMHOOK_MUSL
+  mov x12, x0                   // p, kept
+  adrp x0, :tlsdesc:memhook_t_state
+  ldr x16, [x0, #:tlsdesc_lo12:memhook_t_state]
+  add x0, x0, #:tlsdesc_lo12:memhook_t_state
+  .tlsdesccall memhook_t_state
+  blr x16
+  mrs x11, tpidr_el0
+  add x11, x11, x0
+  mov x0, x12
+#else
   adrp x11, :gottprel:memhook_t_state
   ldr x11, [x11, #:gottprel_lo12:memhook_t_state]
   mrs x12, tpidr_el0
   add x11, x11, x12
+#endif
   .endm
 
   .macro memhook_golden reg
