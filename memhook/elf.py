@@ -24,7 +24,7 @@ from . import allocators, arch, hooks, module_files
 from .allocators import ELF64_SYM, STT_FUNC
 from .procfs import Mapping, Memory, TargetError, read_maps
 
-PAGE = 4096
+PAGE = mmap.PAGESIZE  # the kernel's: 4 KiB on x86-64; 4, 16 or 64 KiB on AArch64
 DT_NULL, DT_DEBUG = 0, 21
 DT_PLTRELSZ, DT_RELA, DT_RELASZ, DT_JMPREL = 2, 7, 8, 23
 HOOK_LIBRARY_NAME = "libmemhook_hook.so"
@@ -361,6 +361,13 @@ def scan(pid: int, exe_path: str) -> Layout:
                   or os.path.basename(home.path) == os.path.basename(os.path.realpath(interp)))
         if loader and kind == "musl":
             obj.libc = True  # musl's loader is its libc, whose own calls to malloc use slots
+            # ...whose own RELRO is left writable where musl's page size is a run-time value
+            # (AArch64: the loader computes the range before it knows the size), and its malloc
+            # is given the rest of that page: its slots are written as the maps say the pages
+            # are (made read-only, the page faulted musl's next store there).
+            for slot in obj.slots:
+                page = next((m for m in group if m.start <= slot.addr < m.end), None)
+                slot.readonly = page is None or "w" not in page.perms
         elif loader:
             obj.skip = "the dynamic loader"
         else:

@@ -52,12 +52,13 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
   const uintptr_t base = info->dlpi_addr;
   const ElfW(Dyn)* dyn = nullptr;
   uintptr_t relro_lo = 0, relro_hi = 0;
+  const uintptr_t page_mask = ~(page_bytes() - 1);
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(base + ph.p_vaddr);
-    if (ph.p_type == PT_GNU_RELRO) {
-      relro_lo = (base + ph.p_vaddr) & ~uintptr_t(4095);
-      relro_hi = (base + ph.p_vaddr + ph.p_memsz) & ~uintptr_t(4095);
+    if (ph.p_type == PT_GNU_RELRO) {  // (as the loader protects it: whole pages)
+      relro_lo = (base + ph.p_vaddr) & page_mask;
+      relro_hi = (base + ph.p_vaddr + ph.p_memsz) & page_mask;
     }
   }
   if (!dyn) return;
@@ -104,7 +105,7 @@ void patch_object(const struct dl_phdr_info* info, uintptr_t lo, uintptr_t hi) {
       }
       // Only a slot still holding the real function or a lazy PLT target in this object.
       if (!g_real[id] || !holds_original(cur, (uint64_t)g_real[id], lo, hi)) continue;
-      uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
+      uintptr_t page = (uintptr_t)slot & page_mask;
       bool ro = page >= relro_lo && page < relro_hi;
       if (!write_slot(slot, hook, ro)) continue;
       note_late_slot((uint64_t)slot, cur, hook, id, ro);

@@ -15,19 +15,23 @@ inline bool holds_original(uint64_t cur, uint64_t real, uint64_t lazy_lo, uint64
   return (real && cur == real) || (cur >= lazy_lo && cur < lazy_hi);
 }
 
+// The kernel's page size (AArch64 kernels use 4, 16 or 64 KiB), the unit of mprotect and msync.
+inline uintptr_t page_bytes() { return (uintptr_t)getpagesize(); }
+
 // One 8-byte store into a slot, through mprotect when the slot's page is read-only (RELRO).
 bool write_slot(uint64_t* slot, uint64_t value, bool readonly) {
-  uintptr_t page = (uintptr_t)slot & ~uintptr_t(4095);
-  if (readonly && mprotect((void*)page, 4096, PROT_READ | PROT_WRITE) != 0) return false;
+  const uintptr_t bytes = page_bytes(), page = (uintptr_t)slot & ~(bytes - 1);
+  if (readonly && mprotect((void*)page, bytes, PROT_READ | PROT_WRITE) != 0) return false;
   __atomic_store_n(slot, value, __ATOMIC_RELEASE);
-  if (readonly) mprotect((void*)page, 4096, PROT_READ);
+  if (readonly) mprotect((void*)page, bytes, PROT_READ);
   return true;
 }
 
 // Is a slot's page still mapped (its object may have been unloaded since memhook's scan)?
 // msync says so without touching it, and takes no lock.
 __attribute__((noinline)) bool slot_mapped(uint64_t addr) {
-  return addr % 8 == 0 && msync((void*)(addr & ~uint64_t(4095)), 4096, MS_ASYNC) == 0;
+  const uintptr_t bytes = page_bytes();
+  return addr % 8 == 0 && msync((void*)(addr & ~(bytes - 1)), bytes, MS_ASYNC) == 0;
 }
 
 // memhook's plan (state kSlotPlanned: addr, original = the real function or 0, hook_id,
