@@ -417,11 +417,13 @@ def gdb_callers(exe: Path, command: str, entry: str) -> list:
 
 
 @pytest.mark.arm64
-@pytest.mark.parametrize("command, entry, hooked", [
-    ("strdup", "strdup", "malloc"), ("getline", "getline", "realloc"),
-    ("fopen", "fopen", "malloc")])
+# (getline's block is from getdelim's second realloc: the first, with an empty buffer, asks for
+# 3 bytes; on AArch64 gcc gave the two calls different sites)
+@pytest.mark.parametrize("command, entry, hooked, skip", [
+    ("strdup", "strdup", "malloc", 0), ("getline", "getline", "realloc", 1),
+    ("fopen", "fopen", "malloc", 0)])
 def test_musl_frameless_stacks_reach_main(tmp_path, musl_frameless, targets, command, entry,
-                                          hooked):
+                                          hooked, skip):
     """musl's strdup, getline and fopen (no call-frame information in its libc, no frame
     pointers in the program): the stack reaches the caller and main through rows derived from
     libc's machine code. Where gdb's bt is right it is equal: its frames in libc that it names
@@ -433,7 +435,8 @@ def test_musl_frameless_stacks_reach_main(tmp_path, musl_frameless, targets, com
     target.command(command)
     report = mh.stop()
     assert target.finish() == 0
-    named = [pc for pc, name in gdb_stack(musl_frameless, [command], f"leak_{command}", hooked)
+    named = [pc for pc, name in gdb_stack(musl_frameless, [command], f"leak_{command}", hooked,
+                                          skip=skip)
              if name not in (None, "None", "??", f"leak_{command}", "main")]
     callers = gdb_callers(musl_frameless, command, entry)
     mine = [(addrs, names, s) for addrs, names, s in memhook_stacks(report)
