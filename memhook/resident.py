@@ -13,6 +13,7 @@ apart), and the kernel's ([vdso], [vvar]). Nothing is left over: a mapping no ru
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -20,7 +21,7 @@ import numpy as np
 from dataclasses import dataclass, field
 
 FIELDS = ("Rss", "Pss", "Private_Dirty", "Swap")
-PAGE = 4096
+PAGE = mmap.PAGESIZE  # the kernel's: pagemap has one entry per page
 ARENA_HEAP_ALIGN = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: arena heaps start aligned to it
 KERNEL = ("[vdso]", "[vvar]", "[vsyscall]", "[vvar_vclock]")
 

@@ -13,6 +13,7 @@ instruction not moved.
 """
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 from .. import _native, arch
@@ -122,7 +123,7 @@ def _plan_a64(name: str, hook_id: int, address: int, size: int, body: bytes, cel
     return EntryPlan(name, hook_id, at, length, bytes(body[skip:skip + MAX_ORIGINAL]), cell, code)
 
 
-def area_address(maps, functions: list, size: int, page: int = 4096) -> int:
+def area_address(maps, functions: list, size: int, page: int = mmap.PAGESIZE) -> int:
     """A free, page-aligned range of `size` bytes that every function in `functions` reaches
     with a rel32 jump, as close above the highest of them as the mappings allow; 0 if none."""
     lo_fn, hi_fn = min(functions), max(functions)
@@ -197,7 +198,7 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     if not by_address:
         return [], 0, 0, []
     ordered = sorted(by_address.items())[:MAX_PATCHES]
-    size = (len(ordered) * CELL + 4095) & ~4095
+    size = (len(ordered) * CELL + mmap.PAGESIZE - 1) & ~(mmap.PAGESIZE - 1)
     maps = read_maps(pid)
     area = kept_area[0] or area_address(maps, [a for a, _ in ordered], size)
     if not area or (kept_area[0] and kept_area[1] < size):

@@ -15,7 +15,7 @@ def _extent(path: str) -> int:
     f, e = elf._open_elf(path)
     with f:
         ends = [s["p_vaddr"] + s["p_memsz"] for s in e.iter_segments() if s["p_type"] == "PT_LOAD"]
-    return (max(ends) + 4095) & ~4095
+    return (max(ends) + elf.PAGE - 1) & ~(elf.PAGE - 1)
 
 
 def memhooks_own(session) -> list[tuple[int, int]]:
