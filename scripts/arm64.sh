@@ -120,7 +120,7 @@ chmod 0755 "$1/memhook-init"' \
 }
 
 run() {
-  local dir=$1 timeout=${MEMHOOK_ARM64_TIMEOUT:-3600}
+  local dir=$1 timeout=${MEMHOOK_ARM64_TIMEOUT:-5400}
   build
   command -v qemu-system-aarch64 > /dev/null || host_tools
   rm -f "$dir/guest.rc" "$dir/guest.out"
