@@ -364,7 +364,8 @@ def scan(pid: int, exe_path: str) -> Layout:
             # ...whose own RELRO is left writable where musl's page size is a run-time value
             # (AArch64: the loader computes the range before it knows the size), and its malloc
             # is given the rest of that page: its slots are written as the maps say the pages
-            # are (made read-only, the page faulted musl's next store there).
+            # are (made read-only, the page faulted musl's next store there). Other objects
+            # keep the RELRO rule: one still being loaded is not protected yet in the maps.
             for slot in obj.slots:
                 page = next((m for m in group if m.start <= slot.addr < m.end), None)
                 slot.readonly = page is None or "w" not in page.perms

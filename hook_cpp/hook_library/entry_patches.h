@@ -59,7 +59,7 @@ ActiveEntry* active_at(uint64_t addr) {
 // (executable code: read and execute). False, nothing written, if mprotect refuses (a W^X
 // policy): the function then stays as it was.
 bool write_code(uint64_t addr, const uint8_t* bytes, size_t n) {
-  const uintptr_t page = (uintptr_t)getpagesize();
+  const uintptr_t page = page_bytes();
   const uintptr_t lo = addr & ~(page - 1), hi = (addr + n + page - 1) & ~(page - 1);
   if (mprotect((void*)lo, hi - lo, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return false;
   memcpy((void*)addr, bytes, n);

@@ -10,15 +10,13 @@ import fcntl
 import os
 import platform
 import subprocess
-from importlib import resources
 from pathlib import Path
 
 from conftest import build
-from memhook import _native, elf
+from memhook import _native, session
 
 REPO = Path(__file__).parents[2]
 COMMON = REPO / "hook_cpp" / "common"
-ARCH = REPO / "hook_cpp" / "arch" / platform.machine()  # (record_format.h's)
 CROSS_BUILD = REPO / "build" / "test-hooks-aarch64"
 AARCH64_LIBC = "/usr/aarch64-linux-gnu"  # Debian's cross glibc (g++-aarch64-linux-gnu)
 
@@ -67,8 +65,7 @@ def run(tmp_path: Path, source: str, *args, ring_bytes: int = 1 << 16, depth: in
     exe = build(tmp_path, source, name=name, flags=flags,
                 compiler=cross + ("gcc" if musl else "g++"))
     if aarch64_cpu is None:
-        library = resources.files("memhook").joinpath(*(["musl"] if musl else []),
-                                                      elf.HOOK_LIBRARY_NAME)
+        library = session.hook_library("musl" if musl else "glibc")
         runner = []
     else:
         library = aarch64_hook_library(musl)
