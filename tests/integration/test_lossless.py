@@ -102,19 +102,20 @@ def test_target_goes_on_when_memhook_stops_and_dies_while_it_waits(tmp_path, tar
     assert target.finish() == 0
 
 
-def burst(tmp_path, targets, threads: int, per_thread: int, *args) -> dict:
-    """`threads` threads each making `per_thread` allocations at full speed, memhook attached
-    with `args` on an otherwise idle host: the report, checked exact at burst_alloc."""
+def burst(tmp_path, targets, threads: int, per_thread: int, *args, keep_every: int = 1000) -> dict:
+    """`threads` threads each making `per_thread` allocations at full speed and keeping every
+    `keep_every`th, memhook attached with `args` on an otherwise idle host: the report, checked
+    exact at burst_alloc."""
     target = targets(build(tmp_path, "burst.c", base_flags=["-O2", "-g"]))
     mh = Memhook(target.pid, tmp_path, "--interval", "1", *args)
-    target.command(f"burst {threads} {per_thread}")
+    target.command(f"burst {threads} {per_thread} {keep_every}")
     report = mh.stop()
     assert target.finish() == 0
-    n = threads * per_thread
+    n, kept = threads * per_thread, threads * (per_thread // keep_every)
     s = site(report, "burst_alloc")
     assert report["totals"]["dropped_events"] == 0, report["totals"]
     assert (s["alloc_count"], s["outstanding_count"], s["outstanding_bytes"]) == \
-        (n, n // 1000, 32 * (n // 1000)), s
+        (n, kept, 32 * kept), s
     return report
 
 
@@ -123,6 +124,14 @@ def test_burst_of_a_million_drops_nothing_at_default_settings(tmp_path, targets)
     than the consumer empties it, the default bounded wait lets the consumer catch up."""
     t = burst(tmp_path, targets, 1, N)["totals"]
     assert t["waited_events"] > 0, t  # the ring did fill: else this tested nothing
+
+
+def test_burst_of_a_million_kept_blocks_drops_nothing_at_default_settings(tmp_path, targets):
+    """One thread, 1 M allocations kept, as a leak would: each is a new entry in the consumer's
+    live map, which grows to 2 M entries meanwhile (its growth once held the consumer longer
+    than the bounded wait, and a third to a half of the burst was dropped)."""
+    t = burst(tmp_path, targets, 1, N, keep_every=1)["totals"]
+    assert t["waited_events"] > 0, t
 
 
 def test_64_threads_drop_nothing_at_default_settings(tmp_path, targets):

@@ -58,7 +58,7 @@ static void live_map() {
   LiveMap m;
   std::map<uint64_t, uint64_t> truth;
   std::mt19937_64 rng(2);
-  for (int i = 0; i < 300000; i++) {  // past the first growth (64 Ki entries)
+  for (int i = 0; i < 300000; i++) {  // past the growths at 32 Ki and 64 Ki entries
     // Scattered keys, and dense runs as pymalloc's pools hand out (adjacent 16-byte blocks).
     const uint64_t key = i & 1 ? 16 + (rng() % 200000) * 16
                                : (uint64_t(1 + rng() % 64) << 20) + (rng() % 4096) * 16;
@@ -74,6 +74,12 @@ static void live_map() {
       truth.erase(key);
     } else {
       CHECK(!truth.count(key));
+    }
+    if (i % 20000 == 0) {  // also while a growth's entries are still moving (two tables)
+      size_t listed = 0;
+      for (const LiveMap::Block& b : m.entries())
+        if (b.key) listed += truth.count(b.key) && truth[b.key] == b.size;
+      CHECK(listed == truth.size() && m.size() == truth.size());
     }
   }
   CHECK(m.size() == truth.size());
