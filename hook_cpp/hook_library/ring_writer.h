@@ -111,6 +111,7 @@ void write_marker(ThreadState& t, uint64_t head, uint64_t value, size_t words) {
 }
 
 constexpr uintptr_t kClaimPopulate = 64 << 10;  // ring bytes a claim faults in
+uint32_t g_claim_from;  // where the next claim starts looking (claim_ring)
 
 // Slow path, once per thread per attach: own a ring. A ring whose owner thread has exited is
 // taken over; its cursors carry on, so nothing already written is lost.
@@ -130,18 +131,24 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
   t.in_hook = was;
   RingHeader* got = nullptr;
   uint32_t no = 0;
-  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+  // Both looks start after the ring the last claim took: the rings before it were taken by
+  // threads more likely still alive (a thread pool's, started together), and each ring whose
+  // owner lives costs the second look a syscall (23 a claim, 50 threads started at once).
+  const uint32_t n = g_nrings;
+  const uint32_t from = n ? __atomic_load_n(&g_claim_from, __ATOMIC_RELAXED) % n : 0;
+  for (uint32_t k = 0, i = from; k < n && !got; k++, i = (i + 1) % n) {
     RingHeader* r = ring_at(i);
     uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
     if ((owner == 0 || owner == t.tid) && try_take(r, owner, t.tid)) got = r, no = i + 1;
   }
-  for (uint32_t i = 0; i < g_nrings && !got; i++) {
+  for (uint32_t k = 0, i = from; k < n && !got; k++, i = (i + 1) % n) {
     RingHeader* r = ring_at(i);
     uint32_t owner = __atomic_load_n(&r->owner, __ATOMIC_RELAXED);
     if (syscall(SYS_tgkill, (pid_t)g_ctl->target_pid, (pid_t)owner, 0) != 0 && errno == ESRCH &&
         try_take(r, owner, t.tid))
       got = r, no = i + 1;
   }
+  if (got) __atomic_store_n(&g_claim_from, no, __ATOMIC_RELAXED);  // (no: the next ring's index)
   if (got) {
     // Fault the ring's first chunk in now, once a session, rather than a page at a time inside
     // the hooks that follow (a ring taken over from a thread that exited is in already); the

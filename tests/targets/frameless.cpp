@@ -4,6 +4,7 @@
  * then through glibc's and libstdc++'s own frameless allocating functions. Commands:
  *   strdup N | getline | asprintf N | string N | vector N | new N | lib N   one leak
  *   signal N   a SIGUSR1 handler on an alternate stack leaks strdup(N - 1 chars)
+ *   thread N   a new thread leaks strdup(N - 1 chars) through the chain (its first event)
  *   dlopen PATH | plugin N                 load a (frameless) library later, then leak in it
  *   dlleak PATH N   load it and leak in it at once (before memhook can have its rows)
  *   dlmopen PATH    load it with dlmopen (in the base namespace): no dlopen hook sees it
@@ -12,6 +13,7 @@
  * Everything leaked is kept: the report's bytes are known. */
 #include <alloca.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -112,6 +114,20 @@ NOINLINE static void leak_in_handler(int n) {
   sink++;
 }
 
+/* A thread started for the command: its stack is its own mapping, found at its first event. */
+NOINLINE static void leak_in_thread(int n) {
+  leak_strdup(n);
+  sink++;
+}
+static void* thread_main(void* arg) {
+  Chain<8>::run(leak_in_thread, (int)(intptr_t)arg);
+  return NULL;
+}
+NOINLINE static void leak_thread(int n) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, thread_main, (void*)(intptr_t)n) == 0) pthread_join(t, NULL);
+}
+
 static void (*plugin_leak)(int);
 /* JIT code: copied into anonymous executable memory, it calls jit_alloc(n) through the
  * pointer in %rsi. With a frame pointer (push rbp; mov rsp, rbp) or with rbp zeroed. */
@@ -174,7 +190,9 @@ int main() {
     else if (!strcmp(word, "plugin")) leaf = leak_plugin;
     else if (!strcmp(word, "jit")) leaf = leak_jit;
     else if (!strcmp(word, "jitbare")) leaf = leak_jit_bare;
-    if (leaf) {
+    if (!strcmp(word, "thread")) {
+      leak_thread(n);
+    } else if (leaf) {
       Chain<8>::run(leaf, n);
     } else if (!strcmp(word, "dlleak") && sscanf(cmd, "%*s %3999s %d", path, &n) == 2) {
       void* h = dlopen(path, RTLD_NOW);
