@@ -747,7 +747,8 @@ class Symbolizer:
             return
         by_module: dict = {}  # id(module) -> (module, its addresses not looked up yet)
         if isinstance(addresses, np.ndarray):  # (a report's stacks at once: 5 M frames)
-            unique = np.unique(addresses.astype(np.uint64, copy=False))
+            unique = np.sort(addresses.astype(np.uint64, copy=False))  # (np.unique imports
+            unique = unique[np.diff(unique, prepend=np.uint64(1) ^ unique[:1]) != 0]  # numpy.ma)
             unique = set(unique[(unique >> np.uint64(63)) == 0].tolist())  # (no Python words)
         else:
             unique = set(int(x) for x in addresses)
