@@ -15,7 +15,6 @@ import stat
 from dataclasses import dataclass, field
 
 from .. import procfs
-from ..inject.target_files import open_dir_in_root
 
 MAX_BYTES = 256 << 20  # a map beyond this is read no further (and the report says so)
 HEAD = 256  # bytes of the map's start that tell it was written again
@@ -47,6 +46,7 @@ def read_new(pid: int, into: PerfMap) -> list:
     """The entries added to the target's perf map since the last call (also kept in `into`);
     [] when it has none."""
     path = path_in_target(pid)
+    from ..inject.target_files import open_dir_in_root  # (a live session's: reports need not)
     try:
         d = open_dir_in_root(pid, "tmp")
     except OSError:

@@ -4,6 +4,7 @@ import os
 
 from memhook import attribution
 from memhook.capture import perf_map
+from memhook.inject import target_files
 from memhook.symbolize import jit_frames
 
 
@@ -49,7 +50,7 @@ def test_perf_map_lines_and_a_map_older_than_the_process(tmp_path, monkeypatch):
     # A map read through the target's root: this process's own, once written after its start.
     pid = os.getpid()
     monkeypatch.setattr(perf_map, "path_in_target", lambda p: str(tmp_path / "perf.map"))
-    monkeypatch.setattr(perf_map, "open_dir_in_root",
+    monkeypatch.setattr(target_files, "open_dir_in_root",  # (perf_map imports it when called)
                         lambda p, where: os.open(tmp_path, os.O_PATH | os.O_DIRECTORY))
     (tmp_path / "perf.map").write_text("1000 40 a\n2000 40 b\n3000 40 c")  # (the last unfinished)
     m = perf_map.PerfMap()
