@@ -94,7 +94,7 @@ class LiveMap {
       }
       bool operator!=(const It& o) const { return p != o.p; }
     };
-    It begin() const { return b2 && b == e ? It{b2, e2, nullptr, nullptr} : It{b, e, b2, e2}; }
+    It begin() const { return It{b, e, b2, e2}; }  // (the current table is never empty)
     It end() const { return It{b2 ? e2 : e, nullptr, nullptr, nullptr}; }
   };
   Entries entries() const {

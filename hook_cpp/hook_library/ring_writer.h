@@ -148,8 +148,8 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
         try_take(r, owner, t.tid))
       got = r, no = i + 1;
   }
-  if (got) __atomic_store_n(&g_claim_from, no, __ATOMIC_RELAXED);  // (no: the next ring's index)
   if (got) {
+    __atomic_store_n(&g_claim_from, no, __ATOMIC_RELAXED);  // (no: the next ring's index)
     // Fault the ring's first chunk in now, once a session, rather than a page at a time inside
     // the hooks that follow (a ring taken over from a thread that exited is in already); the
     // rest memhook allocates ahead of the writer (consumer/ring_pages.h), and later hooks map

@@ -79,9 +79,9 @@ constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 
 // The mapping that holds `addr`, [*lo, *hi), from /proc/self/maps with raw system calls into
 // this frame's buffer: no lock of glibc's taken, no allocation, no cancellation point. Asked by
-// PROCMAP_QUERY where the kernel has it: reading the text took a new thread 50-90 us with a few
-// hundred threads' stacks listed (a program of 400 short threads under `memhook run`), the
-// query a few. False where /proc is not mounted, or no mapping holds it.
+// PROCMAP_QUERY where the kernel has it: reading the text took 138-1,170 us with 400 threads'
+// stacks listed, the query 10-12 us (benchmarks/thread_start.py's case, in a C probe). False
+// where /proc is not mounted, or no mapping holds it.
 inline bool mapping_of(uintptr_t addr, uintptr_t* lo, uintptr_t* hi) {
   const int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
