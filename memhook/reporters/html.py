@@ -304,10 +304,9 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
     t = report["totals"]
     if figures is None:
         from . import plots
-        figures = plots.render(cap, report, symbolizer, "svg")
+        drawn = plots.render(cap, report, symbolizer, "svg")
     else:
-        figures = figures.result(report)
-    svg = {k: v.decode().split("?>", 1)[-1] for k, v in figures.items()}  # drop XML headers
+        figures.ask(report)  # (the child draws while the page is written)
     procs = report.get("processes")
     who = f"{len(procs)} processes" if procs else f"PID {report['pid']}"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>memhook report: "
@@ -382,7 +381,7 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                      "outstanding bytes:</p><ul id='not-suspects'>" + "".join(
                          f"<li>{human_bytes(r['outstanding_bytes'])}: {_stack_html(r)} "
                          f"{html.escape(r['why'])}</li>" for r in unsaid) + "</ul>")
-    parts.append(f"<h2>Over time</h2>{svg['outstanding_over_time']}{svg['growth']}")
+    parts.append(("<h2>Over time</h2>", "outstanding_over_time", "growth"))  # (filled below)
     parts += _snapshots_html(report.get("snapshots"))
     parts.append("<h2>Flame graph of outstanding bytes</h2><div id='flame-controls'>"
                  "<input type='search' id='flame-search' placeholder='search frames'> "
@@ -410,7 +409,7 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                      + ": the stacks that held it then.</p><div id='peak-crumb'></div>"
                      "<div id='peak-flame'></div><script id='peak-data' type='application/json'>"
                      + json.dumps(held).replace("</", "<\\/") + "</script>")
-    parts.append(f"<h2>Sizes and lifetimes</h2>{svg['histograms']}")
+    parts.append(("<h2>Sizes and lifetimes</h2>", "histograms"))
     for key, title, why, columns in TABLES:
         rows = report.get(key, [])
         if not rows:
@@ -427,4 +426,7 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
         parts.append("</table>")
     parts.append(f"<script>const KIND_NAMES = {json.dumps(KIND_NAMES)}, KIND_COLOURS = "
                  f"{json.dumps(KIND_COLOURS)};{SCRIPT}</script></body></html>")
-    return "\n".join(parts)
+    svg = {k: v.decode().split("?>", 1)[-1]  # (without their XML headers)
+           for k, v in (drawn if figures is None else figures.result()).items()}
+    return "\n".join(p if isinstance(p, str) else p[0] + "".join(svg[k] for k in p[1:])
+                     for p in parts)

@@ -22,6 +22,7 @@ class Beside:
     def __init__(self, cap, symbolizer, fmt: str = "svg"):
         self.cap, self.symbolizer, self.fmt = cap, symbolizer, fmt
         self.pid = 0
+        self.by_child = False  # (whether result()'s figures were the child's)
         # The child's collections leave alone what exists now: walking it would write to (and
         # so copy) every page of the capture's and the symbols' objects.
         gc.freeze()
@@ -51,34 +52,45 @@ class Beside:
         os.close(answer_w)
         self.pid = pid
 
-    def result(self, report: dict) -> dict:
-        plotted = {k: report[k] for k in PLOTTED if k in report}
-        if "leak_suspects" in plotted:
-            plotted["leak_suspects"] = plotted["leak_suspects"][:STACKS_SHOWN]
+    def ask(self, report: dict) -> None:
+        """Hand the child what it plots of `report`; it draws while the caller goes on (the
+        HTML page is written meanwhile). result() then collects the figures."""
+        self.plotted = {k: report[k] for k in PLOTTED if k in report}
+        if "leak_suspects" in self.plotted:
+            self.plotted["leak_suspects"] = self.plotted["leak_suspects"][:STACKS_SHOWN]
         if self.pid:
-            figures = self._ask(plotted)
+            try:
+                with os.fdopen(self.request, "wb") as f:
+                    pickle.dump(self.plotted, f)
+            except OSError:
+                self._end(None)
+
+    def result(self, report: dict | None = None) -> dict:
+        """{figure name: image bytes}: the child's, or drawn here if it gave none. `report`:
+        when ask() was not called."""
+        if report is not None:
+            self.ask(report)
+        if self.pid:
+            figures = None
+            try:
+                with os.fdopen(self.answer, "rb") as f:
+                    if select.select([f], [], [], WAIT_S)[0]:
+                        figures = pickle.load(f)
+            except (OSError, EOFError, pickle.UnpicklingError):
+                figures = None
+            self._end(figures)
             if figures is not None:
+                self.by_child = True
                 return figures
         from . import plots
-        return plots.render(self.cap, plotted, self.symbolizer, self.fmt)
+        return plots.render(self.cap, self.plotted, self.symbolizer, self.fmt)
 
-    def _ask(self, plotted: dict) -> dict | None:
-        """The child's figures, or None (and the child gone) if it gave none."""
-        figures = None
-        try:
-            with os.fdopen(self.request, "wb") as f:
-                pickle.dump(plotted, f)
-            with os.fdopen(self.answer, "rb") as f:
-                if select.select([f], [], [], WAIT_S)[0]:
-                    figures = pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            figures = None
-        finally:
-            if figures is None:
-                try:
-                    os.kill(self.pid, 9)
-                except OSError:
-                    pass
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-        return figures
+    def _end(self, figures: dict | None) -> None:
+        """The child reaped (killed first if it gave no figures)."""
+        if figures is None:
+            try:
+                os.kill(self.pid, 9)
+            except OSError:
+                pass
+        os.waitpid(self.pid, 0)
+        self.pid = 0

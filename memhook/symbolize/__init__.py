@@ -834,20 +834,22 @@ class Symbolizer:
             self._dicts[address] = got
         return got
 
-    def native_frames(self, native: list) -> tuple[list, list]:
-        """A stack's native frames' dicts, and where the evaluator's are among them: made once
-        per native stack (a Python program's many stacks share few: they differ in their
-        Python frames). The list is the caller's; the dicts are shared."""
+    def native_frames(self, native: list, with_calls: bool = False) -> tuple[list, list | None]:
+        """A stack's native frames' dicts, and (`with_calls`: a stack with Python frames) where
+        the evaluator's are among them: made once per native stack (a Python program's many
+        stacks share few: they differ in their Python frames). The list is the caller's; the
+        dicts are shared."""
         key = tuple(native)
         got = self._native_stacks.get(key)
         if got is None:
             out: list = []
             for x in native:
                 out += self.frame_dicts(x)
-            calls = [i for i, d in enumerate(out) if python_frames.is_eval(d)]
             if self.derived:
                 mark_derived(out, self.derived)
-            got = self._native_stacks[key] = (out, calls)
+            got = self._native_stacks[key] = [out, None]
+        if with_calls and got[1] is None:
+            got[1] = [i for i, d in enumerate(got[0]) if python_frames.is_eval(d)]
         return list(got[0]), got[1]
 
     def python_dicts(self) -> dict:
@@ -884,7 +886,7 @@ def stack_frames(symbolizer: "Symbolizer", addresses) -> list[dict]:
     addresses = [int(x) for x in addresses] if not hasattr(addresses, "tolist") \
         else addresses.tolist()
     native, words = python_frames.split(addresses)
-    out, calls = symbolizer.native_frames(native)
+    out, calls = symbolizer.native_frames(native, with_calls=bool(words))
     if words:
         out = python_frames.interleave(out, words, symbolizer.python_code,
                                        native_cut=len(native) >= symbolizer.depth,
