@@ -12,13 +12,11 @@ thread's clock around each drain), and the blocks live at the end (the live map'
 import argparse
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 
-from driver import free_port, spread
+from driver import spread
 from memhook.session import Options, Session
-from redis_throughput import TESTS, start_redis
+from redis_throughput import benchmark_command, redis_server
 
 
 def main():
@@ -26,13 +24,8 @@ def main():
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--requests", type=int, default=200_000)
     a = ap.parse_args()
-    if not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
-        sys.exit("needs Debian's redis-server and redis-tools (apt-get install redis-server)")
-    tmp = tempfile.mkdtemp(prefix="mh-redis-")
-    port = free_port()
-    redis = start_redis(tmp, port)
-    bench = ["redis-benchmark", "-p", str(port), "-q", "--csv", "-n", str(a.requests), "-P",
-             "16", "-c", "50", "-r", "100000", "-t", TESTS]
+    tmp, port, redis = redis_server()
+    bench = benchmark_command(port, a.requests)
     per_event, session = [], None
     try:
         subprocess.run(bench, capture_output=True, check=True)  # the keyspace filled

@@ -38,12 +38,25 @@ def start_redis(tmp: str, port: int) -> subprocess.Popen:
     sys.exit("redis-server did not start")
 
 
+def redis_server() -> tuple[str, int, subprocess.Popen]:
+    """A redis-server of its own: its directory, its port, its process (or exits, saying what
+    to install)."""
+    if not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
+        sys.exit("needs Debian's redis-server and redis-tools (apt-get install redis-server)")
+    tmp = tempfile.mkdtemp(prefix="mh-redis-")
+    port = free_port()
+    return tmp, port, start_redis(tmp, port)
+
+
+def benchmark_command(port: int, requests: int, pipeline: int = 16, clients: int = 50) -> list:
+    return ["redis-benchmark", "-p", str(port), "-q", "--csv", "-n", str(requests), "-P",
+            str(pipeline), "-c", str(clients), "-r", "100000", "-t", TESTS]
+
+
 def throughput(port: int, a) -> float:
     """Requests per second, summed over the tests."""
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-q", "--csv", "-n",
-                          str(a.requests), "-P", str(a.pipeline), "-c", str(a.clients),
-                          "-r", "100000", "-t", TESTS], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(benchmark_command(port, a.requests, a.pipeline, a.clients),
+                         capture_output=True, text=True, check=True).stdout
     rows = list(csv.reader(io.StringIO(out)))
     return sum(float(r[1]) for r in rows[1:] if len(r) > 1)
 
@@ -56,11 +69,7 @@ def main():
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--heaptrack", action="store_true")
     a = ap.parse_args()
-    if not shutil.which("redis-server") or not shutil.which("redis-benchmark"):
-        sys.exit("needs Debian's redis-server and redis-tools (apt-get install redis-server)")
-    tmp = tempfile.mkdtemp(prefix="mh-redis-")
-    port = free_port()
-    redis = start_redis(tmp, port)
+    tmp, port, redis = redis_server()
     bare, traced, ratios, dropped, events = [], [], [], 0, 0
     try:
         throughput(port, a)  # warm: the keyspace filled, the allocator's arenas grown
