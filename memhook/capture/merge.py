@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .perf_map import JitMap
 from .python_code import CODE_MASK, CODE_SHIFT, PYTHON_FRAME
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      SITE_COLUMNS, UNCERTAIN_COLUMNS, Capture)
+
 
 def module_key(module: dict) -> str:
     """A module's identity across processes and hosts: its build-id, else its path."""
@@ -130,6 +130,7 @@ def move_jit_frames(frames: np.ndarray, inside: np.ndarray, entries: list, p: in
     its map's entries, to a place of their own: two processes' JIT code may share addresses."""
     if not entries:
         return
+    from .perf_map import JitMap  # (a JIT runtime's capture only)
     shift = MERGED_JIT_BASE + (p << 48)
     jit_map = JitMap(entries)
     for i in np.flatnonzero(~inside & ((frames >> np.uint64(63)) == 0)).tolist():

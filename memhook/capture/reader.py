@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from . import perf_map, python_code, snapshots
+from . import python_code, snapshots
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      BLOCK, EVENT_DTYPE, HEADER, LIVE_COLUMNS, MAGIC, MAX_BLOCK, MAX_PROCESSES,
                      PEAK_COLUMNS, SITE_COLUMNS, UNCERTAIN_COLUMNS, VERSION, Capture,
@@ -177,6 +177,7 @@ class _Assembly:
                 raise ValueError("live block columns do not match")
             self.cap.live = z
         elif kind == b"PMAP":
+            from . import perf_map  # (a JIT runtime's capture only)
             value = json.loads(payload)
             into = perf_map.PerfMap(**{k: v for k, v in self.cap.jit_map.items()
                                        if k in ("name", "entries", "cut")})

@@ -25,8 +25,7 @@ from functools import lru_cache
 import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
-from .. import _native, module_files, unwind_tables
-from ..capture.perf_map import JitMap
+from .. import _native, module_files
 from . import jit_frames, python_frames, symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
@@ -334,6 +333,7 @@ def _unwind_facts(binary):
     to __libc_start_main when main has no symbol ((0, 0) if none), and the signal trampoline's
     spans ([start, end) pairs, the byte before it included)."""
     try:
+        from .. import unwind_tables  # (imported when used: most reports need none of it)
         from ..elf import build_id
         r = unwind_tables.rows_for(binary.stream.name, build_id(binary), unwind_tables.cache_dir())
     except (OSError, RuntimeError):
@@ -701,6 +701,7 @@ class Symbolizer:
         if not self.jit_entries:
             return None
         if self._jit is None or len(self._jit) != len(self.jit_entries):
+            from ..capture.perf_map import JitMap  # (a JIT runtime's capture only)
             self._jit = JitMap(self.jit_entries)
             self._forget_unmoduled()
         return self._jit.at(address)
