@@ -65,11 +65,9 @@ class Beside:
             except OSError:
                 self._end(None)
 
-    def result(self, report: dict | None = None) -> dict:
-        """{figure name: image bytes}: the child's, or drawn here if it gave none. `report`:
-        when ask() was not called."""
-        if report is not None:
-            self.ask(report)
+    def result(self) -> dict:
+        """{figure name: image bytes}, once ask() was: the child's, or drawn here if it gave
+        none."""
         if self.pid:
             figures = None
             try:
