@@ -18,9 +18,10 @@ EXIT_FAILED = 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    whole_process = argv is None  # (the command line's own main, not a caller's)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return run(argv)
+        code = run(argv)
     except KeyboardInterrupt:
         # Ctrl-C before attach began (memhook's own handler is not installed yet): nothing was
         # done; die of the signal, as interrupted programs do, so the caller sees it.
@@ -28,6 +29,22 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         return EXIT_FAILED
+    if whole_process and argv[:1] == ["report"]:
+        end_report(code)
+    return code
+
+
+def end_report(code: int) -> None:
+    """Ends the process of a finished report now. Python's teardown of numpy's and the
+    report's objects takes 15-20 ms, a sixth of a report's 0.13 s (heaptrack_print's whole
+    time for the same program, the bar); a report leaves nothing to tear down: its files are
+    closed, its plots child collected, and it starts no thread."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # (a reader gone, as when piped to head)
+            pass
+    os._exit(code)
 
 
 def run(argv: list[str]) -> int:

@@ -247,15 +247,34 @@ def test_an_html_report_imports_no_matplotlib_itself(cap, program, tmp_path):
     path = tmp_path / "c.mh"
     from memhook import capture
     capture.write(str(path), cap)
-    code = ("import sys, runpy; sys.argv = ['memhook', 'report', sys.argv[1], '--format', "
-            "'html', '-o', sys.argv[2]]\n"
-            "try:\n    runpy.run_module('memhook', run_name='__main__')\n"
-            "except SystemExit:\n    pass\n"
+    # (main given its arguments: the command line's own main ends the process at once)
+    code = ("import sys; from memhook.cli import main\n"
+            "main(['report', sys.argv[1], '--format', 'html', '-o', sys.argv[2]])\n"
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "c.html")],
                          capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
     assert "<svg" in (tmp_path / "c.html").read_text()
+
+
+def test_a_report_ended_at_once_keeps_its_output_and_exit_code(cap, tmp_path):
+    """`memhook report` ends its process without Python's teardown (cli.end_report): what it
+    printed reaches a pipe whole, --fail-on-leak's 23 is the exit code, and a reader that goes
+    away early gets no traceback."""
+    import sys
+    path = tmp_path / "c.mh"
+    from memhook import capture
+    capture.write(str(path), cap)
+    report = [sys.executable, "-m", "memhook", "report", str(path)]
+    wide = subprocess.run([*report, "--format", "json"], capture_output=True, cwd="/")
+    assert wide.returncode == 0 and wide.stderr == b"", wide.stderr
+    assert len(json.loads(wide.stdout)["sites"]) == 3
+    leaked = subprocess.run([*report, "--fail-on-leak=any-outstanding"], capture_output=True,
+                            text=True, cwd="/")
+    assert leaked.returncode == 23 and leaked.stdout.startswith("memhook report:"), leaked
+    early = subprocess.run(" ".join(report) + " --format json | head -c1", shell=True,
+                           capture_output=True, text=True, cwd="/")
+    assert "Traceback" not in early.stderr and early.stdout == "{", early
 
 
 def test_a_large_stack_left_out_of_the_suspects_is_named(program):
