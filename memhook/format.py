@@ -26,6 +26,14 @@ def parse_size(text: str) -> int | None:
     return int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
 
 
+def count_text(n: float) -> str:
+    """A count in thousands, millions or billions (1k, 250k, 1.5M), three significant digits."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
 def duration_text(ns: float) -> str:
     """A duration in the largest unit it fills, three significant digits."""
     for unit, scale in (("h", 3600e9), ("min", 60e9), ("s", 1e9), ("ms", 1e6), ("µs", 1e3)):

@@ -241,6 +241,25 @@ def test_plots_drawn_beside_the_model(cap, rep):
     assert later.pid == 0 and not later.by_child
 
 
+def test_histograms_name_their_counts(cap, rep):
+    """The histograms' log axes read as counts (1, 10, 100, 1k), a label a decade up to the
+    tallest bar, without matplotlib's mathtext (10^3) or unlabelled minor ticks."""
+    from memhook.reporters import plots
+    sizes = [0] * 48
+    sizes[4], sizes[7], sizes[11] = 25_000, 199_928, 1
+    lifetimes = [0] * 48
+    lifetimes[14], lifetimes[20] = 94_678, 1
+    shaped = dict(rep, histograms={"size_log2": sizes, "lifetime_ns_log2": lifetimes,
+                                   "lifetime_under_ns_log2": [0] * 48})
+    svg = plots.render(cap, shaped, Symbolizer(cap.modules), "svg")["histograms"].decode()
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    counts = labels[labels.index("size (from)") + 1:labels.index("allocations (log scale)")]
+    assert counts == ["1", "10", "100", "1k", "10k", "100k"], labels
+    frees = labels[labels.index("lifetime (from)") + 1:labels.index("frees (log scale)")]
+    assert frees == ["1", "10", "100", "1k", "10k", "100k"], labels
+    assert "$" not in svg and svg.count('id="ytick_') == len(counts) + len(frees)
+
+
 def test_an_html_report_imports_no_matplotlib_itself(cap, program, tmp_path):
     """`memhook report --format html`: matplotlib is imported by the child alone."""
     import sys
