@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from driver import Target, build
-from memhook.session import Options, Session
+from memhook.consumer.session import Options, Session
 
 
 def main():

@@ -1,4 +1,4 @@
-"""The heap census (memhook/heap_census.py, hook_cpp/census/) on a big heap: walk speed per GiB,
+"""The heap census (memhook/consumer/heap_census.py, hook_cpp/census/) on a big heap: walk speed per GiB,
 memhook's memory for it, the target's longest stall while it reads, and the attach pause with
 and without it, alternated in one session.
 

@@ -17,7 +17,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from memhook import _native, elf
+from memhook import _native
+from memhook.elf import slots as elf
 
 HERE = Path(__file__).parent
 COMMON = HERE.parent / "hook_cpp" / "common"

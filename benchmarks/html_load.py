@@ -24,7 +24,7 @@ import numpy as np
 from elftools.elf.elffile import ELFFile
 
 from memhook import capture
-from memhook.elf import file_build_id
+from memhook.elf.slots import file_build_id
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 BIAS = 0x7f0000000000

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 from driver import spread
-from memhook.session import Options, Session
+from memhook.consumer.session import Options, Session
 from redis_throughput import benchmark_command, redis_server
 
 

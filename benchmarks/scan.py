@@ -3,7 +3,7 @@ functions) and elf.modules, on a process with many libraries, while it runs.
 
     sudo .venv/bin/python benchmarks/scan.py [--repeat 10]
 
-Also times what elf.py avoids: libstdc++'s dynamic symbols as pyelftools objects, against the
+Also times what elf/slots.py avoids: libstdc++'s dynamic symbols as pyelftools objects, against the
 arrays memhook reads them as.
 """
 import argparse
@@ -16,7 +16,7 @@ import time
 import numpy as np
 from elftools.elf.elffile import ELFFile
 
-from memhook import elf
+from memhook.elf import slots as elf
 
 PROGRAM = "import ctypes, json, sqlite3, ssl, decimal, sys; sys.stdin.read()"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memhook import capture, elf
+from memhook import capture
+from memhook.elf import slots as elf
 
 
 def call_sites(path: str, limit: int) -> list:

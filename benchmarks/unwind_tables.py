@@ -11,8 +11,8 @@ import time
 
 from elftools.elf.elffile import ELFFile
 
-from memhook import unwind_tables
-from memhook.elf import build_id
+from memhook.elf.slots import build_id
+from memhook.unwind import tables as unwind_tables
 
 DEFAULT = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
            "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"]

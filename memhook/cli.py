@@ -50,7 +50,7 @@ def end_report(code: int) -> None:
 def run(argv: list[str]) -> int:
     from .capture import CaptureError  # with numpy: under main()'s Ctrl-C handler
     from .commands.arguments import EXIT_USAGE, UsageError
-    from .procfs import TargetError
+    from .common.procfs import TargetError
     try:
         if argv and argv[0] == "report":
             from .commands.report import run_report

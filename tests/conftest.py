@@ -171,7 +171,7 @@ def short_sessions(pid: int, cycles: int, longest_s: float, seed: int, while_att
     session, detached)."""
     import random
 
-    from memhook.session import Options, Session
+    from memhook.consumer.session import Options, Session
     rng = random.Random(seed)
     for cycle in range(cycles):
         session = Session(pid, Options())
@@ -218,8 +218,8 @@ def one_line_error(proc, code, *words):
         assert w in lines[0], lines[0]
 
 def slot_values(pid, exe):
-    from memhook import elf
-    from memhook.procfs import Memory
+    from memhook.common.procfs import Memory
+    from memhook.elf import slots as elf
     layout = elf.scan(pid, str(exe))
     with Memory(pid) as mem:
         return layout, {s.addr: mem.u64(s.addr) for s in layout.slots}
@@ -228,7 +228,7 @@ def assert_restored(pid, exe, before):
     """Every slot holds what it held before memhook — or, for a lazy slot that has been called
     since, the function the dynamic linker bound it to; none anywhere points into memhook's
     library (libraries loaded since, such as the hook library's own libgcc_s, included)."""
-    from memhook.procfs import read_maps
+    from memhook.common.procfs import read_maps
     layout, after = slot_values(pid, exe)
     hook_of = {s.addr: s.hook_id for s in layout.slots}
     wrong = {a: (before[a], after.get(a)) for a in before

@@ -1,6 +1,6 @@
 // The relocations that store a function's address in a slot memhook patches, as each processor's
 // arch.h lists them (kSlotRelocations): the one list the hook library's late patching reads, and
-// memhook's scan through the consumer module (memhook/arch.py).
+// memhook's scan through the consumer module (memhook/common/arch.py).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -666,7 +666,7 @@ PYBIND11_MODULE(_native, m) {
                                     py::arg("nop") = int(kNop), py::arg("time") = int(kTime),
                                     py::arg("thread") = int(kThread));
   {
-    py::dict relocs;  // type -> (name, only with addend 0): arch.h's, for memhook/arch.py
+    py::dict relocs;  // type -> (name, only with addend 0): arch.h's, for memhook/common/arch.py
     for (const arch::SlotRelocation& r : arch::kSlotRelocations)
       relocs[py::int_(r.type)] = py::make_tuple(r.name, r.zero_addend);
     m.attr("SLOT_RELOCATIONS") = relocs;

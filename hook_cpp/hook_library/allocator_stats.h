@@ -7,7 +7,7 @@
 
 namespace {
 
-// The values, per kind, in Control::stats order (memhook/allocator_stats.py names them):
+// The values, per kind, in Control::stats order (memhook/consumer/allocator_stats.py names them):
 //   jemalloc (mallctl): allocated, active, resident, retained, mapped, metadata
 //   tcmalloc (MallocExtension_GetNumericProperty): allocated, heap size, page heap free,
 //     page heap unmapped, thread caches, central cache free

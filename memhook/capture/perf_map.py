@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .. import procfs
+from ..common import procfs
 
 MAX_BYTES = 256 << 20  # a map beyond this is read no further (and the report says so)
 HEAD = 256  # bytes of the map's start that tell it was written again

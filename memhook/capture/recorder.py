@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import procfs, resident
+from ..common import procfs, resident
 from . import perf_map, python_code, snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
                      TICK_CHUNKS, TOP_STACKS, Capture)

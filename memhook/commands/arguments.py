@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from .. import suppressions
-from ..format import parse_size
+from ..common.format import parse_size
+from ..reporters import suppressions
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -136,7 +136,7 @@ def add_attribution_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_rules(a):
-    from ..attribution import Rules
+    from ..common.attribution import Rules
     return Rules.with_user(a.runtime_module, a.runtime_function)
 
 

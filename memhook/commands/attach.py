@@ -1,12 +1,14 @@
 """`memhook -p PID[,PID...]` and `memhook --pid-of NAME`: the options (shared with `memhook run`),
-the pushes and the signals; memhook/run.py drives the run."""
+the pushes and the signals; memhook/commands/driver.py drives the run."""
 from __future__ import annotations
 
 import argparse
 import signal
 
-from .. import __version__, snapshot_when, suppressions
-from ..session import MAX_SIZE, Options
+from .. import __version__
+from ..consumer import snapshot_when
+from ..consumer.session import MAX_SIZE, Options
+from ..reporters import suppressions
 from .arguments import (Parser, UsageError, add_attribution_arguments, add_leak_check_arguments,
                         add_otlp_arguments, duration_arg, otlp_url, pause_arg, pid_list,
                         positive_float, runtime_rules, size_arg)
@@ -119,7 +121,7 @@ def add_tracing_arguments(p: Parser) -> None:
 
 
 def run_attach(argv: list[str]) -> int:
-    from .. import run
+    from . import driver
     a = attach_parser().parse_args(argv)
     opts, pushers = tracing_setup(a)
     stop = {"reason": ""}
@@ -127,14 +129,14 @@ def run_attach(argv: list[str]) -> int:
     def on_signal(signum, _frame):
         stop["reason"] = "interrupted" if signum == signal.SIGINT else "terminated"
 
-    def on_snapshot(_signum, _frame):  # (taken by the run's loop: run.py)
+    def on_snapshot(_signum, _frame):  # (taken by the run's loop: driver.py)
         stop["snapshots"] = stop.get("snapshots", 0) + 1
 
     # Installed before attaching: a Ctrl-C during attach means "detach as soon as attached".
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_snapshot)
-    return run.run(a, opts, stop, pushers)
+    return driver.run(a, opts, stop, pushers)
 
 
 def tracing_setup(a) -> tuple[Options, list]:

@@ -32,7 +32,7 @@ def run_parser() -> Parser:
 
 
 def run_program(argv: list[str]) -> int:
-    from .. import run
+    from . import driver
     a = run_parser().parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
@@ -44,14 +44,14 @@ def run_program(argv: list[str]) -> int:
             private_file.create(a.report_file).close()
         except OSError as e:
             raise UsageError(f"cannot write {a.report_file}: {e.strerror}") from None
-    # Held, and read in memhook's loop (run.py): the program unblocks them for itself.
+    # Held, and read in memhook's loop (driver.py): the program unblocks them for itself.
     a.signal_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED | {signal.SIGUSR1})
     a.forwarded = FORWARDED
     stop = {"reason": ""}
     from ..inject.startup import ProgramEnded
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            return run.run(a, opts, stop, pushers)
+            return driver.run(a, opts, stop, pushers)
         except ProgramEnded as e:  # (its own message, the loader's say, is above this line)
             print(f"memhook: {e}", file=sys.stderr)
             return e.returncode

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import signal
 
-from .. import procfs, suppressions
+from ..common import procfs
+from ..reporters import suppressions
 from .arguments import UsageError
 from .attach import attach_parser, tracing_setup
 from .snapshot import tracing_memhook
@@ -29,7 +30,7 @@ def leaks_parser():
 
 
 def run_leaks(argv: list[str]) -> int:
-    from .. import run
+    from . import driver
     a = leaks_parser().parse_args(argv)
     if not a.reachability:
         raise UsageError("memhook leaks is the leak check: drop --no-reachability")
@@ -50,4 +51,4 @@ def run_leaks(argv: list[str]) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    return run.run(a, opts, stop, pushers)
+    return driver.run(a, opts, stop, pushers)

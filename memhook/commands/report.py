@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..capture import private_file
-from ..procfs import TargetError
+from ..common.procfs import TargetError
 from .arguments import (EXIT_OK, Parser, UsageError, add_attribution_arguments,
                         add_leak_check_arguments, runtime_rules,
                         add_otlp_arguments, pid_arg, positive_float, size_arg)
@@ -87,8 +87,8 @@ def snapshot_of(cap, number: int, path: str):
 
 
 def run_report(argv: list[str]) -> int:
-    from .. import capture, reporters, suppressions
-    from ..reporters import model
+    from .. import capture, reporters
+    from ..reporters import model, suppressions
     from ..reporters.text import render_diff_text
     from ..symbolize import Lookup, Symbolizer
     a = report_parser().parse_args(argv)

@@ -1,14 +1,15 @@
 """`memhook snapshot PID`: ask the memhook that traces PID (or memhook itself, by its own PID)
 for a snapshot now: SIGUSR1 to that memhook, which writes it into its capture at once, prints
-it, and traces on (run.py; capture/snapshots.py)."""
+it, and traces on (commands/driver.py; capture/snapshots.py)."""
 from __future__ import annotations
 
 import os
 import signal
 
-from .. import elf, procfs
-from ..procfs import TargetError
-from ..session import owning_memhook
+from ..common import procfs
+from ..common.procfs import TargetError
+from ..consumer.session import owning_memhook
+from ..elf import slots as elf
 from .arguments import Parser, pid_arg
 
 

@@ -4,12 +4,15 @@ What operators otherwise do with `gdb -p PID -ex 'call malloc_trim(0)'`, without
 call runs on a thread that holds no allocator lock, the other threads running meanwhile."""
 from __future__ import annotations
 
-from .. import elf, heap_census, hooks, resident
-from ..format import human_bytes
+from ..common import resident
+from ..common.format import human_bytes
+from ..common.procfs import TargetError
+from ..consumer import heap_census
+from ..consumer.session import ENTRY_WAIT_S, check_target
+from ..elf import slots as elf
+from ..elf import hooks
 from ..inject.gdb import GdbWayIn
 from ..inject.requests import TrimRequest
-from ..procfs import TargetError
-from ..session import ENTRY_WAIT_S, check_target
 from .arguments import EXIT_OK, Parser, pid_arg
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 
-from .. import _native, arch
-from ..allocators import STT_FUNC
+from .. import _native
+from ..common import arch
+from ..elf.allocators import STT_FUNC
 
 JMP_LEN = 5                        # E9 rel32: what the entry becomes (AArch64: a64.py)
 CELL = _native.ENTRY_CELL          # bytes per patched function in the area (segment.h)
@@ -144,7 +145,7 @@ def _symbols(elf, names: set) -> tuple:
     """name -> (link-time address, size) of the functions named, from the full symbol table,
     else the dynamic one, sized by .eh_frame where the symbol has no size; and name ->
     [(address, size)] of their split-off `name.cold` parts."""
-    from ..elf import named_symbols
+    from ..elf.slots import named_symbols
     out, parts = {}, {}
     for sec_name in (".symtab", ".dynsym"):
         for name, value, size, info in named_symbols(elf, sec_name, names,
@@ -183,7 +184,7 @@ def plan_object(pid: int, obj, names: list, hook_ids: dict, kept_area: tuple = (
     an earlier session's hook library mapped (its cells are planned there again)."""
     from elftools.elf.elffile import ELFFile
 
-    from ..procfs import Memory, read_maps
+    from ..common.procfs import Memory, read_maps
     with open(obj.file, "rb") as f:
         found, split = _symbols(ELFFile(f), set(names))
     by_address: dict = {}  # one patch per function, by its first name in `names`

@@ -20,8 +20,8 @@ import time
 from dataclasses import asdict
 from importlib import resources
 
-from .. import procfs
-from ..procfs import TargetError, ptrace_refused
+from ..common import procfs
+from ..common.procfs import TargetError, ptrace_refused
 from . import gdb_xstate
 from .requests import AttachRequest, DetachRequest, TrimRequest
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError
 
-from .. import arch, elf
-from ..allocators import STT_FUNC
-from ..procfs import Memory
+from ..common import arch
+from ..common.procfs import Memory
+from ..elf import slots as elf
+from ..elf.allocators import STT_FUNC
 from . import python_layouts
 
 STT_OBJECT = 1

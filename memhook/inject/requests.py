@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import _native
-from ..arch import HOST
+from ..common.arch import HOST
 
 
 def arch_layout() -> dict:
-    """What the agent needs of the target's processor (memhook/arch.py)."""
+    """What the agent needs of the target's processor (memhook/common/arch.py)."""
     return {"gdb_sp": HOST.gdb_sp, "gdb_pc": HOST.gdb_pc, "red_zone": HOST.red_zone,
             "stack_align": HOST.stack_align, "syscall_insn": HOST.syscall_insn,
             "syscall_rewound": HOST.syscall_rewound}

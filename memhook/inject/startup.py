@@ -21,9 +21,11 @@ import struct
 import subprocess
 import time
 
-from .. import _native, elf, procfs
-from ..arch import HOST
-from ..procfs import TargetError
+from .. import _native
+from ..common import procfs
+from ..common.arch import HOST
+from ..common.procfs import TargetError
+from ..elf import slots as elf
 
 PTRACE_TRACEME, PTRACE_PEEKDATA, PTRACE_POKEDATA = 0, 2, 5
 PTRACE_CONT, PTRACE_SINGLESTEP, PTRACE_DETACH = 7, 9, 17

@@ -16,8 +16,9 @@ import secrets
 import shutil
 import stat
 
-from .. import _native, procfs
-from ..procfs import ProcessInfo, TargetError, start_ticks
+from .. import _native
+from ..common import procfs
+from ..common.procfs import ProcessInfo, TargetError, start_ticks
 
 SEGMENT_DIR = "dev/shm"
 # Where the segment goes when the target's /dev/shm is no tmpfs (a chroot that mounted none): a

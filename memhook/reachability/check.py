@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 
-from .. import elf, heap_census, procfs
+from ..common import procfs
+from ..consumer import heap_census
+from ..elf import slots as elf
 
 
 @functools.lru_cache(maxsize=4)

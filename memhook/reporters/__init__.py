@@ -1,7 +1,9 @@
 """Every report format from one capture: model.py builds the report (the JSON contract) from a
 capture and its symbols; each format's module renders it with the same signature,
 render(cap, report, symbolizer, **options) -> str | bytes. The `report` command, the final report
-of a run and the live pushes all render through render() below."""
+of a run and the live pushes all render through render() below. What the model reads besides
+the capture: analysis.py (leak suspects, transients, histograms) and suppressions.py (known
+leaks, in LeakSanitizer's format)."""
 from __future__ import annotations
 
 import importlib

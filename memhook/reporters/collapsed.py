@@ -1,7 +1,7 @@
 """Folded stacks (flamegraph.pl, inferno, speedscope)."""
 from __future__ import annotations
 
-from ..format import frame_name
+from ..common.format import frame_name
 
 WEIGHTS = {"outstanding": "outstanding_bytes", "allocated": "alloc_bytes", "count": "alloc_count"}
 

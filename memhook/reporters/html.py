@@ -6,10 +6,10 @@ import html
 import json
 import os
 
-from .. import attribution
 from ..capture import Capture
-from ..format import duration_text, frame_name, frame_text, human_bytes, leak_site
-from ..short_names import short
+from ..common import attribution
+from ..common.format import duration_text, frame_name, frame_text, human_bytes, leak_site
+from ..common.short_names import short
 from .plot_style import KIND_COLOURS as RESIDENT_COLOURS
 from .text import (abandoned_lines, census_lines, census_ok, dropped_frees_lines,
                    leak_check_lines, mapping_lines, process_memory_text)

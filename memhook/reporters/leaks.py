@@ -4,7 +4,7 @@ line (when, the pause, what was scanned), the lost blocks allocated while traced
 lost blocks by size and type, the suppressed apart; or why no check was taken."""
 from __future__ import annotations
 
-from ..format import frame_text, human_bytes, leak_site, one_line
+from ..common.format import frame_text, human_bytes, leak_site, one_line
 from ..reachability import categories
 from .text import leak_check_lines
 

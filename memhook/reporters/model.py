@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import analysis, attribution, hooks
+from ..common import attribution
+from ..elf import hooks
 from ..reachability import categories
+from . import analysis
 from ..capture import (MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, UNCERTAIN_COLUMNS, Capture,
                        stack_key)
 from ..capture import snapshots

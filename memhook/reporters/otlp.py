@@ -18,7 +18,7 @@ from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from .. import __version__
-from ..format import LEAK_FRAME_LABEL, leak_frame
+from ..common.format import LEAK_FRAME_LABEL, leak_frame
 from .model import SAMPLE_TYPES, lost_sample_type
 BUILD_ID = "process.executable.build_id.gnu"  # semantic conventions' key
 

@@ -13,10 +13,10 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402  (not pyplot: 0.1 s to import, no use here)
 from matplotlib.ticker import FuncFormatter, MultipleLocator, NullLocator  # noqa: E402
 
-from .. import analysis  # noqa: E402
 from ..capture import Capture, private_file  # noqa: E402
-from ..format import count_text, distinct_labels, frame_name, human_bytes  # noqa: E402
+from ..common.format import count_text, distinct_labels, frame_name, human_bytes  # noqa: E402
 from ..symbolize import stack_frames  # noqa: E402
+from . import analysis  # noqa: E402
 from .plot_style import KIND_COLOURS, STACKS_SHOWN  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 
 from ..capture import Capture
-from ..format import LEAK_FRAME_LABEL, leak_frame
+from ..common.format import LEAK_FRAME_LABEL, leak_frame
 from ..symbolize import Symbolizer
 from .model import SAMPLE_TYPES, lost_sample_type
 

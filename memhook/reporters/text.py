@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 
-from .. import suppressions
+from ..common.format import duration_text, frame_text, human_bytes, one_line
+from ..common.format import leak_site as one_line_site
+from ..common.short_names import simplify
 from ..reachability import categories
-from ..format import duration_text, frame_text, human_bytes, one_line
-from ..format import leak_site as one_line_site
-from ..short_names import simplify
+from . import suppressions
 
 
 def process_memory_text(pm: dict, explained: bool = False) -> str:

@@ -24,7 +24,8 @@ from functools import lru_cache
 import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
-from .. import _native, module_files
+from .. import _native
+from ..elf import module_files
 from . import jit_frames, python_frames, symbol_cache
 
 SYSTEM_DEBUG_DIR = "/usr/lib/debug"
@@ -230,7 +231,7 @@ class Lookup:
         except ELF_ERRORS as e:
             problems.append(f"{path}: not readable as ELF ({type(e).__name__})")
             return None
-        from ..elf import build_id
+        from ..elf.slots import build_id
         have = build_id(elf)
         if want and have != want:
             problems.append(f"{path}: build-id {have or 'missing'}, capture has {want}")
@@ -338,8 +339,8 @@ def _unwind_facts(binary):
     to __libc_start_main when main has no symbol ((0, 0) if none), and the signal trampoline's
     spans ([start, end) pairs, the byte before it included)."""
     try:
-        from .. import unwind_tables  # (imported when used: most reports need none of it)
-        from ..elf import build_id
+        from ..elf.slots import build_id
+        from ..unwind import tables as unwind_tables
         r = unwind_tables.rows_for(binary.stream.name, build_id(binary), unwind_tables.cache_dir())
     except (OSError, RuntimeError):
         return (0, 0), []

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from .. import disk_cache
+from ..common import disk_cache
 
 VERSION = 2  # 2: signal spans of trampolines found by their code (unwind_tables v7)
 BOUND = 256 << 20  # bytes on disk, the least recently used entries dropped first

@@ -7,7 +7,7 @@ import json
 import re
 
 from conftest import TARGETS, Target, build, run_memhook, traced
-from memhook.attribution import qualified_name
+from memhook.common.attribution import qualified_name
 
 OPT = ["-g", "-O2", "-fno-omit-frame-pointer"]
 

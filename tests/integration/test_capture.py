@@ -25,7 +25,7 @@ def go_cache() -> str:
 
 
 def build_id(path):
-    from memhook.elf import file_build_id
+    from memhook.elf.slots import file_build_id
     return file_build_id(str(path))
 
 

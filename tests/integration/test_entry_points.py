@@ -137,7 +137,7 @@ def test_detached_slots_read_back_from_proc_mem(tmp_path, targets):
     """Independent of memhook's own scan: the executable's GOT as raw bytes, before and after."""
     exe = build(tmp_path, "entry_points.cpp", flags=VARIANTS["fno-plt-bind-now"], name="ep_got")
     target = targets(exe)
-    from memhook.procfs import read_maps
+    from memhook.common.procfs import read_maps
     data = [m for m in read_maps(target.pid) if m.path == str(exe) and "x" not in m.perms]
 
     def snapshot():

@@ -1,5 +1,5 @@
 """The heap before attach (issue 33): glibc malloc's heap walked from outside while the target
-runs (memhook/heap_census.py, hook_cpp/census/), checked against what the target knows it holds
+runs (memhook/consumer/heap_census.py, hook_cpp/census/), checked against what the target knows it holds
 and against glibc's own statistics (mallinfo, malloc_stats) taken at the same moment; the trim
 estimate against what malloc_trim(0) then really returns; a heap changing under the walk; a
 corrupt heap. On this host, and in the older and newer glibc roots of test_libcs.py."""
@@ -17,7 +17,8 @@ import pytest
 from conftest import TARGETS, Memhook, build, run_memhook
 from test_libcs import musl_target, place, started  # noqa: F401 (fixtures)
 
-from memhook import heap_census, resident
+from memhook.common import resident
+from memhook.consumer import heap_census
 
 CLASSES = ("Order", "Session", "shapes::Plugin")
 

@@ -76,8 +76,8 @@ def test_failed_dlopen_leaves_nothing_mapped(tmp_path, exe_dir, monkeypatch):
     the library is loaded from a noexec /tmp and its code segment cannot be mapped), what it
     mapped before failing is unmapped: the target's mappings are as before."""
     import os
-    from memhook.procfs import TargetError
-    from memhook.session import Options, Session
+    from memhook.common.procfs import TargetError
+    from memhook.consumer.session import Options, Session
     target = target_with_noexec(exe_dir, ["/tmp"])
     try:
         before = open(f"/proc/{target.pid}/maps").read()

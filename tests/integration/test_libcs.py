@@ -22,7 +22,7 @@ from conftest import (NO_ASLR, TARGETS, Memhook, Target, assert_restored, run_me
 from test_safety import forks_while_attached, killed_once_attached
 from test_whole_stacks import CASES, FRAMELESS, WALK, gdb_stack, memhook_stacks
 
-from memhook import arch
+from memhook.common import arch
 
 ROOTS = Path(os.environ.get("MEMHOOK_ROOTS", "/var/cache/memhook-roots"))
 SUITES = {"bullseye": "glibc 2.31", "trixie": "glibc 2.41"}

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from conftest import ITERS, LEAKS, TARGETS, WORKERS, Memhook, build, site
-from memhook.procfs import read_maps
+from memhook.common.procfs import read_maps
 
 
 @pytest.mark.arm64
@@ -173,8 +173,8 @@ def test_a_slot_the_loader_bound_over_the_hook(tmp_path, targets):
     a busy target at nice 19). The loader's store is made here as the loader makes it: at
     detach that slot holds the real function, nothing of memhook's; it is left so, counted
     restored, and memhook says that calls through it went untraced."""
-    from memhook import elf
-    from memhook.session import Options, Session
+    from memhook.consumer.session import Options, Session
+    from memhook.elf import slots as elf
     exe = build(tmp_path, "threads.c")
     target = targets(exe)
     layout = elf.scan(target.pid, str(exe))

@@ -7,7 +7,7 @@ import re
 import struct
 
 from conftest import Memhook, build, run_memhook
-from memhook.format import human_bytes
+from memhook.common.format import human_bytes
 
 MiB = 1 << 20
 

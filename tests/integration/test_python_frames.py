@@ -400,9 +400,9 @@ def test_sampling_names_python_frames_too(targets, tmp_path, version):
 def test_detach_puts_the_allocator_structs_back(targets, tmp_path, version):
     """The structs PyObject_Malloc and PyMem_Malloc call through hold the session's hooks while
     it lasts and their own functions again after it; the program goes on allocating."""
-    from memhook import elf
+    from memhook.common.procfs import Memory
+    from memhook.elf import slots as elf
     from memhook.inject import python_interpreter
-    from memhook.procfs import Memory
     t = service(targets, INTERPRETERS[version], tmp_path)
     layout = elf.scan(t.pid, os.path.realpath(f"/proc/{t.pid}/exe"))
     found = python_interpreter.find(t.pid, layout.objects)
@@ -430,9 +430,9 @@ def test_no_pymalloc_leaves_the_allocator_alone_and_says_so(targets, tmp_path):
     """--no-pymalloc (memray's default: objects seen as arenas only): the structs keep their
     own functions through the session, no PyObject_Malloc event is recorded, and the text says
     what was not traced rather than showing a Python program without objects."""
-    from memhook import elf
+    from memhook.common.procfs import Memory
+    from memhook.elf import slots as elf
     from memhook.inject import python_interpreter
-    from memhook.procfs import Memory
     t = service(targets, INTERPRETERS["3.12"], tmp_path)
     layout = elf.scan(t.pid, os.path.realpath(f"/proc/{t.pid}/exe"))
     found = python_interpreter.find(t.pid, layout.objects)

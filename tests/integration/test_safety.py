@@ -112,7 +112,7 @@ def test_no_thread_left_unseen_by_later_sessions(tmp_path, targets):
     import numpy as np
 
     from memhook.capture import EVENT_DTYPE
-    from memhook.session import Options, Session
+    from memhook.consumer.session import Options, Session
     target = targets(build(tmp_path, "spinner.c"), 2, nice=19)  # memhook not starved by it
     for cycle, session in short_sessions(target.pid, 150, longest_s=0.03, seed=5,
                                          while_attached=lambda: progressed(target)):
@@ -338,7 +338,7 @@ def test_target_pause_under_50_ms(tmp_path):
 def test_thread_stuck_inside_a_hook_does_not_stall_the_consumer(tmp_path, targets):
     """A thread blocked inside the real free for 5 s holds back nothing: its event was
     published before the call, and the other thread's events are applied meanwhile."""
-    from memhook.session import Options, Session
+    from memhook.consumer.session import Options, Session
     target = targets(build(tmp_path, "slow_free.c"))
     session = Session(target.pid, Options())
     session.attach()

@@ -42,8 +42,8 @@ def test_target_of_another_user(tmp_path, nobody_target):
 def test_symlinked_shm_dir_is_not_followed(tmp_path, nobody_target, monkeypatch):
     """A directory on the way to the segment that is a symlink (as a container's user could
     plant in its own root) makes memhook refuse instead of creating files elsewhere."""
+    from memhook.common.procfs import TargetError, process_info
     from memhook.inject import target_files
-    from memhook.procfs import TargetError, process_info
     decoy = tmp_path / "decoy"
     decoy.mkdir()
     (tmp_path / "shm-link").symlink_to(decoy)

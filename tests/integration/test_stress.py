@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import Memhook, assert_restored, build, memhook_cmd, site, slot_values
-from memhook.procfs import read_maps
+from memhook.common.procfs import read_maps
 
 
 def corrupt_count(target) -> int:
@@ -23,7 +23,7 @@ def segment_mappings(pid: int) -> tuple[int, int]:
 
 @pytest.mark.xdist_group("heavy")  # every core busy: never beside another heavy test
 def test_200_attach_detach_cycles(tmp_path, targets):
-    from memhook.session import Options, Session
+    from memhook.consumer.session import Options, Session
     exe = build(tmp_path, "stress.cpp", base_flags=["-g", "-O1", "-fno-omit-frame-pointer"])
     # Its eight threads keep both cores busy whenever memhook waits (on GDB, on the target):
     # nice 19 keeps them from starving memhook's own work, 2 s a cycle otherwise.

@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from memhook import _native, arch, elf, module_files, procfs, unwind_tables
+from memhook import _native
+from memhook.common import arch, procfs
+from memhook.elf import slots as elf
+from memhook.elf import module_files
 from memhook.symbolize import SIGNAL_FRAME, Symbolizer
+from memhook.unwind import tables as unwind_tables
 
 
 @pytest.fixture

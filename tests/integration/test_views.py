@@ -13,8 +13,8 @@ import time
 from conftest import Lines, build, memhook_cmd, run_memhook, site
 
 from memhook import capture as capture_mod
-from memhook.format import distinct_labels, frame_name, frame_text
-from memhook.format import leak_site as site_line_of
+from memhook.common.format import distinct_labels, frame_name, frame_text
+from memhook.common.format import leak_site as site_line_of
 from memhook.reporters import plots
 from memhook.symbolize import Symbolizer
 
@@ -201,7 +201,7 @@ def test_resident_memory_table_sums_to_rss(tmp_path, targets):
     process's smaps, summing to its RSS as the kernel says it at that moment (the target idle),
     memhook's own segment and library a part of their own, the table in the text report."""
     from conftest import Memhook
-    from memhook import resident
+    from memhook.common import resident
     target = targets(build(tmp_path, "lifecycle.c"), "/nonexistent.so")
     mh = Memhook(target.pid, tmp_path)
     target.command("go")

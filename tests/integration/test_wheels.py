@@ -198,8 +198,8 @@ def test_switching_builds_loads_each_library_once(tmp_path, targets):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     # Another build of the library, as another memhook version's: its build-id changed.
-    from memhook.elf import file_build_id
-    from memhook.session import hook_library
+    from memhook.consumer.session import hook_library
+    from memhook.elf.slots import file_build_id
     lib = next(venv.glob("lib/python3.11/site-packages/memhook/libmemhook_hook.so"))
     data, bid = lib.read_bytes(), bytes.fromhex(file_build_id(str(lib)))
     assert data.count(bid) == 1

@@ -266,8 +266,8 @@ def test_random_rows_never_harm_the_target(tmp_path):
     signal handler on an alternate stack, and ends normally; real rows published again give
     whole stacks again."""
     import random
-    from memhook.session import Options, Session
-    from memhook.unwind_tables import row_span
+    from memhook.consumer.session import Options, Session
+    from memhook.unwind.tables import row_span
     exe = build_pair(tmp_path, FRAMELESS)
     target = Target(exe)
     session = Session(target.pid, Options())

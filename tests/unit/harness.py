@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import build
-from memhook import _native, session
+from memhook import _native
+from memhook.consumer import session
 
 REPO = Path(__file__).parents[2]
 COMMON = REPO / "hook_cpp" / "common"

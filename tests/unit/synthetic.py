@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from memhook import capture
-from memhook.elf import file_build_id
+from memhook.elf.slots import file_build_id
 
 NATIVE = Path(__file__).parent / "native"
 BIAS = 0x555555554000

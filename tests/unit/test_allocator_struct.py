@@ -12,7 +12,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 
-from memhook import arch
+from memhook.common import arch
 from memhook.inject import python_interpreter
 
 SOURCE = Path(__file__).parents[1] / "targets" / "python" / "allocator_shapes.c"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import synthetic
-from memhook import analysis
+from memhook.reporters import analysis
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""The leak's own frame (memhook/attribution.py): which frame a person would fix, and the
+"""The leak's own frame (memhook/common/attribution.py): which frame a person would fix, and the
 qualified name its rules match, whatever the demangler put around it."""
 from __future__ import annotations
 
 import pytest
 
-from memhook import attribution
-from memhook.format import leak_site
+from memhook.common import attribution
+from memhook.common.format import leak_site
 
 
 def f(function, module="/opt/app/app", inlined=False):

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memhook import _native, hooks
+from memhook import _native
+from memhook.elf import hooks
 
 NRINGS, RING_BYTES, DEPTH = 2, 4096, 8
 DRAIN_TIMEOUT_S = 8  # a final drain of two 4 KiB rings takes milliseconds (waits: 2 s at most)

@@ -1,11 +1,11 @@
-"""memhook's caches on disk (memhook/disk_cache.py): owner-only, never another user's file,
+"""memhook's caches on disk (memhook/common/disk_cache.py): owner-only, never another user's file,
 bounded by dropping the least recently used."""
 import os
 import time
 
 import pytest
 
-from memhook import disk_cache
+from memhook.common import disk_cache
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ def test_too_short_refused(shapes):
 
 
 def test_area_within_reach_of_every_function():
-    from memhook.procfs import Mapping
+    from memhook.common.procfs import Mapping
     maps = [Mapping(0x5555_0000_0000, 0x5555_0010_0000, "r-xp", 0, 1, "/exe"),
             Mapping(0x5555_0010_0000, 0x5555_0020_0000, "rw-p", 0, 1, "/exe"),
             Mapping(0x7fff_0000_0000, 0x7fff_0010_0000, "r-xp", 0, 2, "/lib")]

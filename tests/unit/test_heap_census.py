@@ -1,11 +1,12 @@
-"""The heap census's arithmetic, without a target (memhook/heap_census.py, resident.py): how a
+"""The heap census's arithmetic, without a target (memhook/consumer/heap_census.py, resident.py): how a
 walk's result becomes a report's numbers, and how the resident table splits by it and still
 sums to smaps."""
 from __future__ import annotations
 
 import pytest
 
-from memhook import heap_census, resident
+from memhook.common import resident
+from memhook.consumer import heap_census
 
 
 def heap(lo, live_end, live_bytes, resident_live=0, resident_free=0):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 import harness
-from memhook import _native, hooks
+from memhook import _native
+from memhook.elf import hooks
 
 KIND = {number: name for name, number in _native.RECORD_KINDS.items()}
 SIZE_MASK = (1 << 56) - 1

@@ -2,8 +2,8 @@
 rule): the formats runtimes write, overlapping entries, the runtime's own code."""
 import os
 
-from memhook import attribution
 from memhook.capture import perf_map
+from memhook.common import attribution
 from memhook.inject import target_files
 from memhook.symbolize import jit_frames
 

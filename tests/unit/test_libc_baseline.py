@@ -11,7 +11,7 @@ from importlib import resources
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from memhook import elf
+from memhook.elf import slots as elf
 
 BASELINE = (2, 17)
 

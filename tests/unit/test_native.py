@@ -49,7 +49,8 @@ def sampled(tmp_path: Path, rate: int, count: int, size: int) -> int:
     """How many of `count` calls of memhook_sample_malloc(size) the real hook library records
     in a segment of sampling mode at `rate` (the harness loads it in-process)."""
     import harness
-    from memhook import _native, hooks
+    from memhook import _native
+    from memhook.elf import hooks
     ring_bytes, depth = 1 << 20, 8
     stdout, segment = harness.run(tmp_path, "sampler_harness.cpp", count, size,
                                   ring_bytes=ring_bytes, depth=depth, sample_rate=rate)

@@ -5,7 +5,7 @@ same for A64 code (CFA sp + N, x29 + N once the frame record is set; x29 saved w
 above it, or x30 alone), as gcc emits it."""
 import struct
 
-from memhook import prologue_rows as pr
+from memhook.unwind import prologue_rows as pr
 
 
 def test_pushes_and_an_adjustment_up_to_the_call():

@@ -4,8 +4,9 @@ import types
 
 import numpy as np
 
-from memhook import analysis, capture
+from memhook import capture
 from memhook.capture import recorder
+from memhook.reporters import analysis
 
 
 def test_live_series_stays_bounded(monkeypatch):

@@ -1,4 +1,4 @@
-"""The resident-memory parts (memhook/resident.py): every mapping in one part, so the parts sum
+"""The resident-memory parts (memhook/common/resident.py): every mapping in one part, so the parts sum
 to smaps' own totals; thread stacks named, arena heaps and the program's mmap told apart."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memhook import resident
+from memhook.common import resident
 
 NATIVE = Path(__file__).parent / "native"
 

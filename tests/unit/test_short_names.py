@@ -1,10 +1,10 @@
-"""Short names for one-line views (memhook/short_names.py): demangled names as libstdc++,
+"""Short names for one-line views (memhook/common/short_names.py): demangled names as libstdc++,
 libc++ and Boost-style templates give them, and the short form a person reads."""
 from __future__ import annotations
 
 import pytest
 
-from memhook.short_names import Shortener, short
+from memhook.common.short_names import Shortener, short
 
 STRING = "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >"
 

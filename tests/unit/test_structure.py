@@ -94,11 +94,10 @@ def test_the_check_finds_a_circle():
     assert cycles(g) == [["a", "b", "c"]]
 
 
-STAGES = ["memhook.procfs", "memhook.format", "memhook.arch", "memhook.hooks",
-          "memhook.allocators", "memhook.module_files", "memhook.elf", "memhook.entry_patch",
-          "memhook.unwind_tables", "memhook.inject", "memhook.session", "memhook.capture",
-          "memhook.symbolize", "memhook.analysis", "memhook.reporters", "memhook.push",
-          "memhook.live_view", "memhook.run", "memhook.commands", "memhook.cli"]
+STAGES = ["memhook.common", "memhook.elf", "memhook.entry_patch", "memhook.unwind",
+          "memhook.inject", "memhook.capture", "memhook.symbolize",
+          "memhook.consumer", "memhook.reporters", "memhook.push", "memhook.commands",
+          "memhook.cli"]
 
 
 def stage_of(module: str) -> int | None:

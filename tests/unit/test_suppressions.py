@@ -1,9 +1,9 @@
-"""LeakSanitizer's suppression patterns as memhook reads them (memhook/suppressions.py)."""
+"""LeakSanitizer's suppression patterns as memhook reads them (memhook/reporters/suppressions.py)."""
 from __future__ import annotations
 
 import pytest
 
-from memhook import suppressions
+from memhook.reporters import suppressions
 
 
 def frames(*functions, module="/usr/lib/libfoo.so.1", file="/src/foo/bar.cc"):

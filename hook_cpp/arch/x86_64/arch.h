@@ -126,7 +126,7 @@ constexpr uint64_t kPointerBits = ~uint64_t(0);
 // The relocations that store a function's address in a slot memhook patches: JUMP_SLOT,
 // GLOB_DAT, and an absolute 64-bit one with no addend (a function pointer in data). The one
 // list: the hook library's late patching reads it here, memhook's scan through the consumer
-// module (memhook/arch.py).
+// module (memhook/common/arch.py).
 constexpr SlotRelocation kSlotRelocations[] = {{R_X86_64_JUMP_SLOT, "JUMP_SLOT", false},
                                                {R_X86_64_GLOB_DAT, "GLOB_DAT", false},
                                                {R_X86_64_64, "R_X86_64_64", true}};

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _native, arch, disk_cache, prologue_rows
+from .. import _native
+from ..common import arch, disk_cache
+from . import prologue_rows
 
 CACHE_VERSION = 8  # 3: main's rows marked kRowLast, its span in the header; 4: kRowNone;
 # 5: rows from an .eh_frame without its search table, and the count of exported functions;

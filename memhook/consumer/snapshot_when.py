@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .format import human_bytes, parse_size
+from ..common.format import human_bytes, parse_size
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 

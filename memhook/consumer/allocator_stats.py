@@ -9,8 +9,9 @@ import time
 
 from elftools.common.exceptions import ELFError
 
-from . import _native, elf
-from .entry_patch import _symbols
+from .. import _native
+from ..elf import slots as elf
+from ..entry_patch import _symbols
 
 # kind -> the reading function's names (in preference order) and the values it gives, in the
 # order allocator_stats.h writes them.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _native
+from .. import _native
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,19 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from . import (_native, allocator_stats, allocators, arch, elf, entry_patch, heap_census, hooks,
-               module_files, procfs, resident)
-from .inject import AttachRequest, DetachRequest, WayIn
-from .reachability.check import check as check_reachability
-from .inject import python_interpreter
-from .inject.gdb import GdbWayIn
-from .inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
-from .procfs import TargetError
-from . import unwind_tables
-from .unwind_tables import UnwindTables
+from .. import _native, entry_patch
+from ..common import arch, procfs, resident
+from ..common.procfs import TargetError
+from ..elf import allocators
+from ..elf import slots as elf
+from ..elf import hooks, module_files
+from ..inject import AttachRequest, DetachRequest, python_interpreter, WayIn
+from ..inject.gdb import GdbWayIn
+from ..inject.target_files import LIBRARY_DIRS, LibraryCopy, Segment, remove_stale
+from ..reachability.check import check as check_reachability
+from ..unwind import tables as unwind_tables
+from ..unwind.tables import UnwindTables
+from . import allocator_stats, heap_census
 
 RTLD_NOW, RTLD_NODELETE = 0x2, 0x1000
 ENTRY_WAIT_S = 0.5  # how long attach waits for a thread to enter malloc before picking another
@@ -605,7 +608,7 @@ class Session:
         return d
 
     def metadata(self) -> dict:
-        from . import __version__
+        from .. import __version__
         return {
             "pid": self.pid, "command": self.info.command, "exe": self.info.exe,
             "libc": self.libc,

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _native, capture, elf, procfs, reporters, snapshot_when, suppressions
-from .capture import private_file
-from .reporters import model
-from .format import one_line
+from .. import _native, capture, reporters
+from ..capture import private_file
+from ..common import procfs
+from ..common.format import one_line
+from ..common.procfs import TargetError
+from ..consumer import snapshot_when
+from ..consumer.session import Session
+from ..elf import slots as elf
+from ..reporters import model, suppressions
+from ..symbolize import Symbolizer
 from .live_view import LiveView
-from .procfs import TargetError
-from .session import Session
-from .symbolize import Symbolizer
 
 SCAN_S = 1.0    # --pid-of: how often /proc is read for new processes of that name
 RESCAN_S = 2.0  # libraries loaded without the dlopen hook get their unwind rows this late
@@ -106,8 +109,8 @@ def attach_or_explain(session, way_in=None) -> dict:
 def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
     """What the process's memory was made of as tracing began, before its first allocation:
     its largest resident parts, and the heap census's blocks and free space."""
-    from .format import human_bytes
-    from .short_names import simplify
+    from ..common.format import human_bytes
+    from ..common.short_names import simplify
     out = []
     table = session.resident.get("attach") or []
     if table:
@@ -131,15 +134,15 @@ def memory_at_attach(session, parts: int = 4, types: int = 3) -> list[str]:
 
 def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
     """A snapshot as memhook prints it when it takes one: what, when, and the largest stacks."""
-    from .format import human_bytes
+    from ..common.format import human_bytes
     sites, s = snap["sites"], m.session
     order = np.argsort(-sites["outstanding_bytes"].astype(np.float64))[:top]
     out = [f"memhook: snapshot {snap['number']} of PID {s.pid}, {snap['time_s']:.3f} s after "
            f"attach ({snap['reason']}): {human_bytes(int(sites['outstanding_bytes'].sum()))} "
            f"outstanding in {int(sites['outstanding_count'].sum())} blocks"]
     if snap.get("leak_check"):
-        from .reachability import categories
-        from .reporters.text import leak_check_lines
+        from ..reachability import categories
+        from ..reporters.text import leak_check_lines
         out += leak_check_lines(categories.summary({"leak_check": snap["leak_check"]}))
     offsets, frames = s.consumer.stacks(0)
     for i in order:
@@ -252,7 +255,7 @@ class Run:
         """--follow-fork: a traced thread about to exec announced itself (following.h): memhook
         becomes its tracer, holds the new program where its loader is done (inject/startup.py),
         ends the old program's session and attaches to the new one, then lets it go."""
-        from .inject import startup
+        from ..inject import startup
         for m in self.active:
             tid = m.session.consumer.exec_announced()
             if not tid:
@@ -289,7 +292,7 @@ class Run:
     def follow_spawn(self, m: Member, tid: int) -> None:
         """--follow-fork: a program started by posix_spawn, system or popen: held at its
         loader's end (inject/startup.py), attached to, then let go."""
-        from .inject import startup
+        from ..inject import startup
         try:
             child = startup.follow_spawn(tid, m.session.consumer)
         except (OSError, TargetError) as e:
@@ -536,7 +539,7 @@ def launch(r: Run, a) -> None:
     then attached as any process is; one that cannot be is killed (it ran none of its code)."""
     import resource
 
-    from .inject import startup
+    from ..inject import startup
     r.rss_at_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     r.program = startup.start(a.command, a.signal_mask)
     try:

@@ -51,7 +51,7 @@ _PREFIXES = ("_rjem_", "tc_", "mi_", "_RNvCs", "__rust_")  # how the patterns st
 _ANY = re.compile(b"(?:" + b"|".join([re.escape(n.encode()) for n in
                                       sorted(_EXACT, key=len, reverse=True)]
                                      + [p.pattern for p in _PATTERNS]) + b")\0")
-# An ELF64 symbol as numpy reads a whole table (elf.py reads .dynsym with the same).
+# An ELF64 symbol as numpy reads a whole table (elf/slots.py reads .dynsym with the same).
 ELF64_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"),
                       ("value", "<u8"), ("size", "<u8")])
 STT_FUNC = 2

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _native, arch
-from .allocators import ELF64_SYM, STT_FUNC
+from .. import _native
+from ..common import arch
+from ..elf.allocators import ELF64_SYM, STT_FUNC
 
 ROW = np.dtype([("start", "<u4"), ("rule", "<u4")])
 KIND_RSP, KIND_RBP, KIND_NONE = 1, 2, 5

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .capture import Capture
-from .reachability import categories
-from .format import duration_text, human_bytes
+from ..capture import Capture
+from ..common.format import duration_text, human_bytes
+from ..reachability import categories
 
 MAX_POINTS = 200   # Theil–Sen is quadratic: longer series are subsampled evenly
 PLATEAU = 0.1      # late growth below this share of the overall growth: plateaued

@@ -15,8 +15,10 @@ from functools import lru_cache
 import numpy as np
 from elftools.common.exceptions import ELFError
 
-from . import _native, elf, procfs, symbolize
-from .allocators import ELF64_SYM
+from .. import _native, symbolize
+from ..common import procfs
+from ..elf import slots as elf
+from ..elf.allocators import ELF64_SYM
 
 # A type_info's word 0 is the vtable of one of these, plus 16 (Itanium C++ ABI 2.9.4).
 TYPE_INFO_CLASSES = ("_ZTVN10__cxxabiv117__class_type_infoE",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import _native
+from .. import _native
 
 
 @dataclass(frozen=True)

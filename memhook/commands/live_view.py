@@ -5,8 +5,8 @@ import os
 import shutil
 import time
 
-from .format import frame_name, human_bytes, leak_site, one_line
-from .symbolize import stack_frames
+from ..common.format import frame_name, human_bytes, leak_site, one_line
+from ..symbolize import stack_frames
 
 
 class LiveView:
@@ -26,7 +26,8 @@ class LiveView:
 
     def lines(self, symbolizer) -> list[str]:
         import numpy as np
-        from . import analysis, procfs
+        from ..common import procfs
+        from ..reporters import analysis
         consumer = self.session.consumer
         now = time.monotonic()
         t = consumer.totals()
@@ -74,7 +75,7 @@ class LiveView:
         """The last leak check of the session (taken with a snapshot: SIGUSR1, `memhook leaks
         -p`, --snapshot-when, --snapshot-interval) and its lost bytes per stack (definitely and
         indirectly), or None before the first or when it was skipped."""
-        from .reachability import categories
+        from ..reachability import categories
         snaps = [s for s in self.recorder.snapshots if s.get("leak_check")]
         if not snaps:
             return None, None
@@ -87,7 +88,7 @@ class LiveView:
     def check_lines(self, check: dict | None) -> list[str]:
         """'leak check at snapshot 2 (41 s ago): lost 23 KiB in 477 blocks; ...', or why the
         last was skipped."""
-        from .reachability import categories
+        from ..reachability import categories
         if check is None:
             return []
         ago = f"{max(0.0, self.recorder.seconds() - check['time_s']):.0f} s ago"
@@ -110,7 +111,7 @@ class LiveView:
         """The process's resident memory in parts (resident.py), one line each, largest first;
         the program's mappings in the session under the function that mapped them. (The heap's
         live and free shares come from the census, at attach and detach only.)"""
-        from . import resident
+        from ..common import resident
         pid = self.session.pid
         try:
             parts = resident.split_by_mappings(resident.parts(pid), pid,

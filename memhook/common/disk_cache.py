@@ -1,4 +1,4 @@
-"""memhook's caches on disk, keyed by build-id: unwind rows (unwind_tables.py) and symbol tables
+"""memhook's caches on disk, keyed by build-id: unwind rows (unwind/tables.py) and symbol tables
 (symbolize/symbol_cache.py). Each lives in ~/.cache/memhook/KIND (or $XDG_CACHE_HOME's), made
 owner-only; a directory that exists but is not memhook's user's alone is not used, and a file in
 it is read only if it is a regular file of that user's (memhook runs as root: nobody else may

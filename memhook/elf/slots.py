@@ -20,9 +20,10 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from . import allocators, arch, hooks, module_files
+from ..common import arch
+from ..common.procfs import Mapping, Memory, TargetError, read_maps
+from . import allocators, hooks, module_files
 from .allocators import ELF64_SYM, STT_FUNC
-from .procfs import Mapping, Memory, TargetError, read_maps
 
 PAGE = mmap.PAGESIZE  # the kernel's: 4 KiB on x86-64; 4, 16 or 64 KiB on AArch64
 DT_NULL, DT_DEBUG = 0, 21
