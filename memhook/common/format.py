@@ -1,6 +1,7 @@
 """Words for numbers and frames, shared by every view (reports, live view, plots, analysis):
 bytes and durations in their unit, a frame's one name, a line a terminal shows as one line.
-The bottom of the package: it imports nothing of memhook's."""
+The bottom of the package: it imports only its neighbours in common/ (attribution, short_names),
+and those where a stack is named."""
 from __future__ import annotations
 
 import os
