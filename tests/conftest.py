@@ -120,6 +120,16 @@ def run_memhook(*args, timeout=120) -> subprocess.CompletedProcess:
                           cwd="/")
 
 
+def flame_stacks(page: str, which: str = "flame-data") -> list:
+    """The HTML page's flame graph as its script reads it: per stack, [frame names root first,
+    kinds, short names, weights...] (the page holds each frame once and stacks as indices)."""
+    import re
+    data = json.loads(re.search(rf"<script id='{which}' type='application/json'>(.*?)</script>",
+                                page, re.S).group(1))
+    return [[[data["frames"][i][k] for i in ids] for k in range(3)] + weights
+            for ids, *weights in data["stacks"]]
+
+
 class Memhook:
     """`memhook -p PID -o CAPTURE --no-live` running until stop()."""
 

@@ -52,15 +52,16 @@ function flame(dataId, boxId, crumbId, controls) {
   let weight = 0, term = '', root = null, top = null, path = [];
   function build() {
     root = {name: 'all', kind: 2, value: 0, children: {}};
-    for (const [frames, kinds, labels, ...values] of data) {
+    for (const [ids, ...values] of data.stacks) {
       const value = values[weight] || 0; if (!value) continue;
       let node = root; root.value += value;
-      frames.forEach((name, k) => {
-        const key = kinds[k] + name;
+      for (const id of ids) {
+        const [name, kind, label] = data.frames[id];
+        const key = 'f' + id;  // (not the number: an object lists those in order, not as added)
         node = node.children[key] = node.children[key] ||
-          {name, label: labels[k], kind: kinds[k], value: 0, children: {}};
+          {name, label, kind, value: 0, children: {}};
         node.value += value;
-      });
+      }
     }
     top = root; path = [];
   }
@@ -148,9 +149,9 @@ if (expand.length === 2 && document.getElementById(expand[0])) {
   const summary = row && row.querySelector('details.stack > summary');
   if (summary) summary.click();
 }
-document.body.dataset.drawnMs = Math.round(performance.now());  // (benchmarks/html_load.py)
 flame('flame-data', 'flame', 'crumb', true);
 if (document.getElementById('peak-data')) flame('peak-data', 'peak-flame', 'peak-crumb', false);
+document.body.dataset.drawnMs = Math.round(performance.now());  // (benchmarks/html_load.py)
 """
 
 
@@ -183,22 +184,39 @@ def frame_kind(f: dict, exes: set) -> int:
     return 0 if not module or module in exes or os.path.basename(module) in exes else 1
 
 
-def flame_frames(frames: list, exes: set, seen: dict) -> tuple[list, list, list]:
-    """A stack for the flame graph, root first: full names (the tooltips, the search), kinds,
-    and short names (the bars' labels: short_names.py). `seen`: each frame's, by its dict
-    (stacks share the dicts of an address: symbolize.stack_frames)."""
-    out = []
-    for f in reversed(frames):
-        got = seen.get(id(f))
-        if got is None:
-            name = frame_name(f)
-            got = seen[id(f)] = (name, frame_kind(f, exes),  # (f held: its id stays its own)
-                                 short(f["function"]) if f.get("function") else name, f)
-        out.append(got)
-    if not out:
-        return [], [], []
-    names, kinds, shorts, _ = zip(*out)
-    return list(names), list(kinds), list(shorts)
+class FlameFrames:
+    """The flame graph's frames, each once: [full name (the tooltips, the search), kind, short
+    name (the bars' labels: short_names.py)] in `table`, and each stack as indices into it, root
+    first. Stacks share the dicts of an address (symbolize.stack_frames) and an address's
+    function its name: a 10,000-stack page held every frame's names in every stack, 5 MB."""
+
+    def __init__(self, exes: set):
+        self.exes, self.table = exes, []
+        self._index: dict = {}  # [name, kind, short] -> its place in table
+        self._by_dict: dict = {}  # id(frame dict) -> (its place, the dict: its id stays its own)
+
+    def stack(self, frames: list) -> list[int]:
+        out = []
+        for f in reversed(frames):
+            got = self._by_dict.get(id(f))
+            if got is None:
+                name = frame_name(f)
+                row = (name, frame_kind(f, self.exes),
+                       short(f["function"]) if f.get("function") else name)
+                at = self._index.get(row)
+                if at is None:
+                    at = self._index[row] = len(self.table)
+                    self.table.append(row)
+                got = self._by_dict[id(f)] = (at, f)
+            out.append(got[0])
+        return out
+
+
+def flame_json(flames: FlameFrames, rows: list) -> str:
+    """The flame graph's data, to sit in a <script> element: its frames and its stacks, each
+    [frame indices, weight...]."""
+    return json.dumps({"frames": flames.table, "stacks": rows},
+                      separators=(",", ":")).replace("</", "<\\/")
 
 
 def _count(n: int) -> str:
@@ -392,14 +410,14 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                  + "&nbsp; " + "".join(f"<span class='key' style='background:{c}'></span>{t} "
                                        for c, t in zip(KIND_COLOURS, KIND_NAMES))
                  + "</div><div id='crumb'></div><div id='flame'></div>")
-    exe, seen = report_executable(cap), {}
-    folded = [[*flame_frames(s["frames"], exe, seen), s["outstanding_bytes"], s["alloc_bytes"],
+    flames = FlameFrames(report_executable(cap))
+    folded = [[flames.stack(s["frames"]), s["outstanding_bytes"], s["alloc_bytes"],
                s["alloc_count"]] for s in report["sites"] if s["alloc_count"] > 0]
     parts.append("<script id='flame-data' type='application/json'>"
-                 + json.dumps(folded).replace("</", "<\\/") + "</script>")
+                 + flame_json(flames, folded) + "</script>")
     peak = report.get("peak")
     if peak:
-        held = [[*flame_frames(s["frames"], exe, seen), s["peak_bytes"]]
+        held = [[flames.stack(s["frames"]), s["peak_bytes"]]
                 for s in report["sites"] if s.get("peak_bytes")]
         parts.append(f"<h2>Flame graph at the peak</h2><p class='why'>{human_bytes(peak['bytes'])}"
                      f" outstanding {peak['time_s']:.3f} s after attach"
@@ -408,7 +426,7 @@ def render(cap: Capture, report: dict, symbolizer, figures=None, **_) -> str:
                         if peak.get("vm_hwm_bytes") else "")
                      + ": the stacks that held it then.</p><div id='peak-crumb'></div>"
                      "<div id='peak-flame'></div><script id='peak-data' type='application/json'>"
-                     + json.dumps(held).replace("</", "<\\/") + "</script>")
+                     + flame_json(flames, held) + "</script>")
     parts.append(("<h2>Sizes and lifetimes</h2>", "histograms"))
     for key, title, why, columns in TABLES:
         rows = report.get(key, [])

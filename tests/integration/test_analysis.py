@@ -1,13 +1,12 @@
 """Leak analysis on targets of known shape."""
-import json
 import shutil
 import subprocess
 import time
 
 import pytest
 
-from conftest import (ITERS, TARGETS, WORKERS, Lines, Memhook, build, report_json,
-                      run_memhook)
+from conftest import (ITERS, TARGETS, WORKERS, Lines, Memhook, build, flame_stacks,
+                      report_json, run_memhook)
 
 
 @pytest.mark.serial  # timing: measured with no other test beside it
@@ -126,8 +125,7 @@ def test_plots_and_html_report(tmp_path, targets):
     assert "<script src" not in page and "<link" not in page
     assert page.count("<svg") == 3
     assert page.index("steady_leak") < page.index("startup_data")
-    flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
-                                 r"</script>", page, re.S).group(1))
+    flame = flame_stacks(page)
     by_leaf = {stack[-1]: outstanding for stack, _kinds, _labels, outstanding, *_ in flame}
     assert by_leaf["steady_leak"] == 300 * 100 and by_leaf["startup_data"] == 200000
     assert target.finish() == 0

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from conftest import Lines, build, memhook_cmd, run_memhook, site
+from conftest import Lines, build, flame_stacks, memhook_cmd, run_memhook, site
 
 from memhook import capture as capture_mod
 from memhook.common.format import distinct_labels, frame_name, frame_text
@@ -82,8 +82,7 @@ def test_one_name_per_frame_in_every_view(tmp_path, targets):
     page = tmp_path / "report.html"
     assert run_memhook("report", cap, "--format", "html", "-o", page).returncode == 0
     html = page.read_text()
-    flame = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
-                                 r"</script>", html, re.S).group(1))
+    flame = flame_stacks(html)
     assert {n for stack, *_ in flame for n in stack} <= names
     assert not RAW_ADDRESS.search(html)
 

@@ -199,6 +199,24 @@ def test_html(cap, rep):
                                          flags=re.S))
 
 
+def test_html_flame_data_holds_each_frame_once(cap, rep):
+    """The flame graph's data: each frame's names and kind once, every site with bytes a list of
+    indices into them, root first, and its weights; decoded, the sites' own frames."""
+    from memhook.common.format import frame_name
+    page = reporters.render("html", cap, rep, Symbolizer(cap.modules))
+    data = json.loads(re.search(r"<script id='flame-data' type='application/json'>(.*?)"
+                                r"</script>", page, re.S).group(1))
+    rows = [tuple(r) for r in data["frames"]]
+    assert len(rows) == len(set(rows)) and {r[0] for r in rows} == {"framed", "frameless", "main"}
+    sites = [s for s in rep["sites"] if s["alloc_count"] > 0]
+    assert len(data["stacks"]) == len(sites)
+    for (ids, outstanding, allocated, count), s in zip(data["stacks"], sites):
+        assert [data["frames"][i][0] for i in ids] == [frame_name(f) for f in s["frames"]][::-1]
+        assert (outstanding, allocated, count) == (s["outstanding_bytes"], s["alloc_bytes"],
+                                                   s["alloc_count"])
+    assert sum(len(ids) for ids, *_ in data["stacks"]) > len(rows)  # (main: in every stack)
+
+
 def test_every_format_is_registered():
     assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp",
                                       "leaks"}
