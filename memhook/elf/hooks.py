@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .. import _native
 
@@ -28,8 +29,13 @@ for _h in HOOKS:
 
 
 def operation_names(mask: int) -> list[str]:
-    """The operations set in a consumer op mask."""
-    return [OPERATIONS[b] for b in sorted(OPERATIONS) if mask >> b & 1]
+    """The operations set in a consumer op mask (a report asks for every site's: few masks)."""
+    return list(_operation_names(mask))
+
+
+@lru_cache(maxsize=1024)
+def _operation_names(mask: int) -> tuple[str, ...]:
+    return tuple(OPERATIONS[b] for b in sorted(OPERATIONS) if mask >> b & 1)
 
 
 def entry_symbol(symbol: str, sample_rate: int, size_filter: bool) -> str:
