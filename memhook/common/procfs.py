@@ -228,10 +228,19 @@ def command_name(pid: int) -> str:
         return "?"
 
 
+PF_EXITING = 0x4  # in /proc/PID/stat's flags: the task has begun to exit (linux/sched.h)
+
+
 def alive(info: ProcessInfo) -> bool:
-    """The same process (not a reused PID) still exists and is not a zombie."""
+    """The same process (not a reused PID) still exists, is not a zombie and has not begun to
+    exit: a process killed is exiting before it is a zombie, and its root and files are gone
+    already (what memhook then fails to find there is not the reason to give)."""
     try:
-        return start_ticks(info.pid) == info.start_ticks and state(info.pid) not in "ZX"
+        with open(f"/proc/{info.pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()  # (the name may hold spaces and parens)
+        return int(fields[19]) == info.start_ticks and fields[0] not in "ZX" and \
+            not int(fields[6]) & PF_EXITING
     except (OSError, ValueError, IndexError):
         return False
 

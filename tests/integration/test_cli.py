@@ -3,7 +3,9 @@ answered with one line and a non-zero exit code, the target untouched."""
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -283,6 +285,32 @@ def test_target_killed_during_attach(tmp_path, delay):
         lines = err.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1, err
         assert "exited" in lines[0] or "zombie" in lines[0] or "no process" in lines[0], err
+
+
+def test_a_process_that_began_to_exit_is_not_alive():
+    """A process killed exits for a while before it is a zombie (here, freeing 1 GiB), and its
+    root is gone meanwhile: memhook must take it for exited then (procfs.alive), not report
+    what it could not find in its root (the CI once said "no directory the target can map
+    the hook library from" for a target killed during attach)."""
+    from memhook.common import procfs
+    proc = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(1 << 30); "
+                             "print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    info = procfs.process_info(proc.pid)
+    assert procfs.alive(info)
+    os.kill(proc.pid, signal.SIGKILL)
+    exiting = []  # (alive() read after a read that saw the task exiting, not yet a zombie)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stat = open(f"/proc/{proc.pid}/stat").read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] in "ZX":
+            break
+        if int(fields[6]) & procfs.PF_EXITING:
+            exiting.append(procfs.alive(info))
+    proc.wait()
+    assert exiting, "the exit was not seen before the zombie: nothing was checked"
+    assert not any(exiting), exiting
 
 
 def test_memhook_leaks_on_bad_input_says_one_line(tmp_path, lifecycle_target):
