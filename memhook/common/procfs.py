@@ -52,17 +52,21 @@ def started_at(pid: int) -> float:
     return btime + start_ticks(pid) / os.sysconf("SC_CLK_TCK")
 
 
-def start_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
+def stat_fields(pid: int, tid: int | None = None) -> list[str]:
+    """/proc/PID/stat's fields (a thread's: /proc/PID/task/TID/stat) from the state on (field 3
+    at index 0): the command name before them may contain spaces and parentheses, so they
+    follow the last ')'."""
+    with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat") as f:
         stat = f.read()
-    # The command name may contain spaces and parentheses: fields follow the last ')'.
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int:
+    return int(stat_fields(pid)[19])
 
 
 def state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    return stat[stat.rindex(")") + 2]
+    return stat_fields(pid)[0]
 
 
 SIGSTOP_BIT = 1 << (signal.SIGSTOP - 1)  # in a thread's SigPnd and ShdPnd
@@ -236,9 +240,7 @@ def alive(info: ProcessInfo) -> bool:
     exit: a process killed is exiting before it is a zombie, and its root and files are gone
     already (what memhook then fails to find there is not the reason to give)."""
     try:
-        with open(f"/proc/{info.pid}/stat") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(")") + 2:].split()  # (the name may hold spaces and parens)
+        fields = stat_fields(info.pid)  # (one read: state, flags and start time together)
         return int(fields[19]) == info.start_ticks and fields[0] not in "ZX" and \
             not int(fields[6]) & PF_EXITING
     except (OSError, ValueError, IndexError):

@@ -20,6 +20,8 @@ import struct
 import numpy as np
 from dataclasses import dataclass, field
 
+from . import procfs
+
 FIELDS = ("Rss", "Pss", "Private_Dirty", "Swap")
 PAGE = mmap.PAGESIZE  # the kernel's: pagemap has one entry per page
 ARENA_HEAP_ALIGN = 64 << 20  # glibc's HEAP_MAX_SIZE on 64-bit: arena heaps start aligned to it
@@ -75,8 +77,7 @@ def thread_stack_pointers(pid: int) -> dict[int, str]:
             words = open(f"{base}/syscall").read().split()
             sp = int(words[-2], 16) if len(words) >= 3 else 0
             if not sp:
-                stat = open(f"{base}/stat").read()
-                sp = int(stat[stat.rindex(")") + 2:].split()[26])
+                sp = int(procfs.stat_fields(pid, tid)[26])
         except (OSError, ValueError, IndexError):
             continue
         if sp:

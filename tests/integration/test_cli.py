@@ -302,8 +302,7 @@ def test_a_process_that_began_to_exit_is_not_alive():
     exiting = []  # (alive() read after a read that saw the task exiting, not yet a zombie)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        stat = open(f"/proc/{proc.pid}/stat").read()
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = procfs.stat_fields(proc.pid)
         if fields[0] in "ZX":
             break
         if int(fields[6]) & procfs.PF_EXITING:
