@@ -10,6 +10,7 @@ Ctrl-C: everything else (numpy takes a tenth of a second) is imported under it, 
 Ctrl-C ends in `memhook: interrupted`, never in a traceback."""
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -20,6 +21,8 @@ EXIT_FAILED = 1
 def main(argv: list[str] | None = None) -> int:
     whole_process = argv is None  # (the command line's own main, not a caller's)
     argv = sys.argv[1:] if argv is None else argv
+    if whole_process:
+        collect_less_often()
     try:
         code = run(argv)
     except KeyboardInterrupt:
@@ -32,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     if whole_process and argv[:1] == ["report"]:
         end_report(code)
     return code
+
+
+def collect_less_often() -> None:
+    """CPython's cycle collector, run every 700 allocations: a report makes hundreds of
+    thousands of objects that live until it ends (frame dicts, sites, stacks) and almost no
+    cycles, and each full collection walked all of them again (3 of them, 0.145 s of a
+    10,000-stack HTML report's 1.1 s). Collected every 50,000, as mypy does for its own build;
+    the garbage of a cycle waits at most that long."""
+    gc.set_threshold(50_000, 20, 20)
 
 
 def end_report(code: int) -> None:
