@@ -206,6 +206,22 @@ def attributed(frames: list, rules: Rules = DEFAULT) -> int:
     the first of them in the program's own code (not Python's library, nor the runtime by the
     function globs), or else to the first of them; one with JIT-compiled frames, to the first
     of them in the program's own code."""
+    own, answers = None, rules._answers
+    for i, f in enumerate(frames):  # (a native stack, as most are: one pass, no call a frame)
+        if "kind" in f:
+            return _attributed_managed(frames, rules)
+        if own is None:
+            function, module = f.get("function") or "", f.get("module") or ""
+            runtime = answers.get((function, module))
+            if runtime is None:
+                runtime = rules.is_runtime(f)
+            if not runtime and (module or not function.startswith("[")):  # (is_marker)
+                own = i
+    return own or 0
+
+
+def _attributed_managed(frames: list, rules: Rules) -> int:
+    """attributed(), for a stack with Python or JIT-compiled frames."""
     first_python = None
     for i, f in enumerate(frames):
         if f.get("kind") == "python" and not is_marker(f):

@@ -193,13 +193,15 @@ class FlameFrames:
     def __init__(self, exes: set):
         self.exes, self.table = exes, []
         self._index: dict = {}  # [name, kind, short] -> its place in table
-        self._by_dict: dict = {}  # id(frame dict) -> (its place, the dict: its id stays its own)
+        self._at: dict = {}  # id(frame dict) -> its place in table
+        self._kept: list = []  # (the dicts: an id stays its own while it is known)
 
     def stack(self, frames: list) -> list[int]:
-        out = []
-        for f in reversed(frames):
-            got = self._by_dict.get(id(f))
-            if got is None:
+        out = list(map(self._at.get, map(id, reversed(frames))))  # (no Python loop a frame)
+        if None not in out:
+            return out
+        for f in reversed(frames):  # (root first: the table in the order a reader meets it)
+            if id(f) not in self._at:
                 name = frame_name(f)
                 row = (name, frame_kind(f, self.exes),
                        short(f["function"]) if f.get("function") else name)
@@ -207,9 +209,9 @@ class FlameFrames:
                 if at is None:
                     at = self._index[row] = len(self.table)
                     self.table.append(row)
-                got = self._by_dict[id(f)] = (at, f)
-            out.append(got[0])
-        return out
+                self._at[id(f)] = at
+                self._kept.append(f)
+        return list(map(self._at.__getitem__, map(id, reversed(frames))))
 
 
 def flame_json(flames: FlameFrames, rows: list) -> str:

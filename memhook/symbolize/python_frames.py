@@ -18,6 +18,8 @@ UNRECORDED = "[Python code not recorded]"
 
 def split(addresses: list) -> tuple[list, list]:
     """(native return addresses, Python frame words), each innermost first."""
+    if not addresses or max(addresses) < _native.PYTHON_FRAME:  # (the flag is the top bit)
+        return addresses, []
     for i, a in enumerate(addresses):
         if a & _native.PYTHON_FRAME:
             return addresses[:i], addresses[i:]
