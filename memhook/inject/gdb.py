@@ -56,10 +56,18 @@ GDB_NICE = -10  # GDB's priority while it holds the target stopped (see raise_pr
 def raise_priority(pid: int) -> None:
     """The target waits on GDB while it is stopped: on a busy host GDB at the default priority
     shares a core with every runnable task, and a pause of 5 ms of GDB's work lasted 20-40 ms
-    (benchmarks/pgbench_pause.py). At nice -10 it gets most of a core for those few
-    milliseconds. (Not possible without CAP_SYS_NICE: GDB then runs at memhook's own.)"""
+    (benchmarks/pgbench_pause.py). GDB runs in a session of its own (run_agent), and the kernel
+    schedules each session as one group (autogroup), whose weight the nice of a task in it does
+    not change: the group's own nice (/proc/PID/autogroup) is set too, so GDB gets most of a
+    core for those few milliseconds. (Without CAP_SYS_NICE, or without autogroups: GDB runs
+    as memhook's own.)"""
     try:
         os.setpriority(os.PRIO_PROCESS, pid, GDB_NICE)
+    except OSError:
+        pass
+    try:  # (GDB's session alone is in this group: it goes with GDB)
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(GDB_NICE))
     except OSError:
         pass
 

@@ -1,6 +1,8 @@
 /* Preloaded into GDB by tests (not a target): one line per file GDB opened and per ptrace
  * attach or detach, in the order they happened, with GDB's PID:
  *   "PID open PATH", "PID attach", "PID detach"
+ * and before each attach, GDB's scheduling group as /proc/self/autogroup tells it:
+ *   "PID autogroup /autogroup-123 nice -10"
  * appended to $GDB_OPENS_LOG. Files are logged only when the open succeeded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -70,7 +72,18 @@ long ptrace(enum __ptrace_request req, ...) {
   void* addr = va_arg(ap, void*);
   void* data = va_arg(ap, void*);
   va_end(ap);
-  if (req == PTRACE_ATTACH || req == PTRACE_SEIZE) note("attach", "");
+  if (req == PTRACE_ATTACH || req == PTRACE_SEIZE) {
+    char group[128] = "";
+    int (*real_open)(const char*, int, ...) = dlsym(RTLD_NEXT, "open");
+    int fd = real_open("/proc/self/autogroup", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, group, sizeof group - 1) : -1;
+    if (fd >= 0) close(fd);
+    group[n > 0 ? n : 0] = 0;
+    for (char* c = group; *c; c++)
+      if (*c == '\n') *c = 0;
+    note("autogroup", group);
+    note("attach", "");
+  }
   if (req == PTRACE_DETACH) note("detach", "");
   long (*real)(int, pid_t, void*, void*) = dlsym(RTLD_NEXT, "ptrace");
   return real(req, pid, addr, data);
