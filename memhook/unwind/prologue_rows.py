@@ -187,14 +187,20 @@ def fill(rows: bytes, elf, read) -> tuple[bytes, list]:
     table = np.frombuffer(rows, dtype=ROW)
     if not len(table):
         return rows, []
-    starts = table["start"]
-    kinds = table["rule"] & 7
+    # Each function's row, found for all of them at once: one searchsorted per function in the
+    # structured array's strided column copied the column each time (a library of 1,000
+    # functions 0.2 s, 100 libraries' first report 20 s).
+    starts = table["start"].astype(np.int64)
+    kinds = (table["rule"] & 7).tolist()
+    fns = functions(elf)
+    at = np.searchsorted(starts, np.array([f for f, _ in fns], dtype=np.int64),
+                         side="right") - 1
+    starts = starts.tolist()
     out, derived = [], []
-    for start, size in functions(elf):
-        i = int(np.searchsorted(starts, start, side="right")) - 1
+    for (start, size), i in zip(fns, at.tolist()):
         if i < 0 or kinds[i] != KIND_NONE or start >= 1 << 32:
             continue
-        nxt = int(starts[i + 1]) if i + 1 < len(starts) else None
+        nxt = starts[i + 1] if i + 1 < len(starts) else None
         if nxt is not None and nxt < start + size:
             continue  # (rows begin inside it: CFI covers part of it)
         try:
