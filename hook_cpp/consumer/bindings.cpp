@@ -248,7 +248,7 @@ py::dict check_leaks(Consumer& c, int pid,
 py::tuple stacks(const Consumer& c, size_t since) {
   auto lock = c.lock();
   const StackTable& t = c.stacks();
-  const std::vector<uint64_t>& all = t.frames();
+  const GrownArray<uint64_t>& all = t.frames();
   size_t n = t.size();
   since = std::min(since, n);
   py::array_t<uint64_t> offsets(n - since + 1);
@@ -257,7 +257,8 @@ py::tuple stacks(const Consumer& c, size_t since) {
   o(n - since) = all.size();
   size_t first = since < n ? t.offset(since) : all.size();
   py::array_t<uint64_t> frames(all.size() - first);
-  std::memcpy(frames.mutable_data(), all.data() + first, (all.size() - first) * 8);
+  if (all.size() > first)
+    std::memcpy(frames.mutable_data(), all.data() + first, (all.size() - first) * 8);
   return py::make_tuple(offsets, frames);
 }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "grown_array.h"
+
 namespace memhook {
 
 class StackTable {
@@ -33,7 +35,7 @@ class StackTable {
 
   size_t size() const { return stacks_.size(); }  // ids in use, 0 included
   size_t offset(size_t id) const { return stacks_[id].offset; }  // into frames()
-  const std::vector<uint64_t>& frames() const { return frames_; }
+  const GrownArray<uint64_t>& frames() const { return frames_; }
 
  private:
   struct Stack {
@@ -65,7 +67,7 @@ class StackTable {
     }
     id = (uint32_t)stacks_.size();
     stacks_.push_back({frames_.size(), n});
-    frames_.insert(frames_.end(), f, f + n);
+    frames_.append(f, n);
     next_.push_back(it == by_hash_.end() ? 0 : it->second);
     by_hash_[h] = id;
     return id;
@@ -73,7 +75,7 @@ class StackTable {
 
   std::vector<Stack> stacks_;
   std::vector<uint32_t> next_;  // next stack id with the same hash
-  std::vector<uint64_t> frames_;
+  GrownArray<uint64_t> frames_;  // every stack's, in order
   std::unordered_map<uint64_t, uint32_t> by_hash_;
   static constexpr size_t kRecent = 4096;
   std::vector<std::pair<uint64_t, uint32_t>> recent_ =

@@ -179,3 +179,32 @@ def test_forged_rings(tmp_path_factory, rings):
         consistent(*seg.drain())
     finally:
         seg.close()
+
+
+def test_many_stacks_kept_whole_as_their_table_grows(segment):
+    """50,000 distinct stacks of 8 frames (3.2 MB of frames: the stack table's array grows from
+    1 MiB by moving its pages, three times), written a ring's worth at a time and drained after
+    each: every stack's frames come back exactly, in order, whole and from an id on."""
+    c = _native.Consumer(segment.fd)
+    per = 8
+    each = 1 + 2 + per  # an allocation's words
+    stacks, start = [], 0
+    while len(stacks) < 50_000:
+        words = [header(THREAD, aux=7), header(TIME), 1000] if not start else []
+        while len(words) + each <= RING_BYTES // 8 and len(stacks) < 50_000:
+            n = len(stacks)
+            frames = [0x400000 + 16 * (n * per + j) for j in range(per)]
+            stacks.append(frames)
+            words += [header(ALLOC, MALLOC, per), 0x10000 + 16 * n, 32, *frames]
+        segment.write_ring(0, words, write=start + 8 * len(words), read=start)
+        c.drain(final=False)
+        c.drain(final=False)  # (the first leaves alone the cache line a writer may be filling)
+        start += RING_BYTES
+    c.drain(final=True)
+    assert c.totals()["alloc_count"] == len(stacks)
+    offsets, frames = c.stacks()
+    got = [frames[offsets[i]:offsets[i + 1]].tolist() for i in range(len(offsets) - 1)]
+    assert got == [[]] + stacks  # (id 0: no stack)
+    offsets, frames = c.stacks(30_001)  # (the ids from 30,001: stacks[30_000:])
+    assert frames[offsets[0] - offsets[0]:].tolist()[:per] == stacks[30_000]
+    assert len(frames) == per * (len(stacks) - 30_000)
