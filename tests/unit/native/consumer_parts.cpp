@@ -36,7 +36,7 @@ static void stack_table() {
   CHECK(ia == 1 && ib == 2 && ic == 3);  // ids in order of first sight
   CHECK(t.intern(a, 3) == ia && t.intern(b, 2) == ib && t.intern(c, 3) == ic);
   CHECK(t.size() == 4);
-  const std::vector<uint64_t>& f = t.frames();
+  const auto& f = t.frames();
   CHECK(f.size() == 8 && f[t.offset(ib)] == 0x401000 && f[t.offset(ic) + 2] == 0x403001);
   // Many stacks, each found again by its frames (the recent-stack cache and the map agree).
   std::mt19937_64 rng(1);
