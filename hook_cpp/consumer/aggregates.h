@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "census_blocks.h"
+#include "grown_array.h"
 #include "live_map.h"
 #include "operations.h"
 
@@ -231,12 +232,12 @@ class Aggregates {
             whole(s.est_uncertain_count), whole(s.est_uncertain_bytes)};
   }
 
-  const std::vector<Site>& sites() const { return sites_; }  // by stack id
+  const GrownArray<Site>& sites() const { return sites_; }  // by stack id
   const LiveMap& live() const { return live_; }
-  const std::vector<uint64_t>& size_hist() const { return size_hist_; }  // kBuckets per stack
-  const std::vector<uint64_t>& life_hist() const { return life_hist_; }
+  const GrownArray<uint64_t>& size_hist() const { return size_hist_; }  // kBuckets per stack
+  const GrownArray<uint64_t>& life_hist() const { return life_hist_; }
   // Lifetimes known only to lie below a bound: bucket b counts those under 2^(b+1) ns.
-  const std::vector<uint64_t>& unresolved_hist() const { return unresolved_hist_; }
+  const GrownArray<uint64_t>& unresolved_hist() const { return unresolved_hist_; }
   template <class F>
   void each_thread_pair(F f) const {
     for (const auto& [k, count] : thread_pairs_) f(k, count);
@@ -326,8 +327,9 @@ class Aggregates {
   }
 
   double sample_rate_;
-  std::vector<Site> sites_;
-  std::vector<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
+  // (each stack's, grown with the stack table: grown_array.h)
+  GrownArray<Site> sites_;
+  GrownArray<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0, census_frees_ = 0;
   double out_total_ = 0, peak_total_ = 0;  // outstanding bytes now, and at the peak
