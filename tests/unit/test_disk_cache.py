@@ -47,3 +47,30 @@ def test_bounded_least_recently_used_first(cache):
     disk_cache.read(cache, "a")  # a is now the most recently used
     disk_cache.write(cache, "d", b"x" * 100, bound=300)
     assert sorted(os.listdir(cache)) == ["a", "c", "d"]
+
+
+def test_rows_of_an_object_without_a_build_id_are_cached_while_it_is_unchanged(tmp_path,
+                                                                               monkeypatch):
+    """An object linked without a build-id (numpy's bundled OpenBLAS: 0.8 s of rows) is cached
+    by the file as it is: read back while it is unchanged, built again once it is replaced."""
+    import subprocess
+    from memhook.unwind import tables
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    src, lib = tmp_path / "lib.c", tmp_path / "libnobid.so"
+
+    def build(body):
+        src.write_text(body)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,--build-id=none", "-o", str(lib),
+                        str(src)], check=True)
+
+    build("int f(int x) { return x * 3; }\nint g(int x) { return f(x) + 1; }\n")
+    directory = tables.cache_dir()
+    first = tables.rows_for(str(lib), "", directory)
+    again = tables.rows_for(str(lib), "", directory)
+    assert (first.from_cache, again.from_cache) == (False, True)
+    assert again.rows == first.rows
+    time.sleep(0.01)  # (a new modification time, even where its resolution is coarse)
+    build("int f(int x) { return x * 3; }\nint g(int x) { return f(x) + 1; }\n"
+          "int h(int x) { return g(x) * f(x) + 2; }\n")
+    changed = tables.rows_for(str(lib), "", directory)
+    assert not changed.from_cache and changed.rows != first.rows
