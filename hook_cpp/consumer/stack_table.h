@@ -92,8 +92,8 @@ class StackTable {
       if (!slots_[i].id || slots_[i].hash == h) return slots_[i];
   }
   void grow() {
-    std::vector<Slot> old(slots_.size() * 2, Slot{0, 0});
-    old.swap(slots_);
+    const std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{0, 0});
     for (const Slot& s : old)
       if (s.id) slot_of(s.hash) = s;
   }

@@ -12,6 +12,16 @@ import stat
 import tempfile
 
 
+def file_signature(path: str) -> list | None:
+    """A file as it is now (inode, size, modification time), to tell whether what was cached
+    from it still holds; None if it is not there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
 def cache_dir(kind: str) -> str | None:
     """The directory of one kind of cache, created owner-only; None when it cannot be, or when
     it exists but is not ours alone (then nothing is cached)."""

@@ -25,6 +25,7 @@ import numpy as np
 from elftools.common.exceptions import DWARFError, ELFError
 
 from .. import _native
+from ..common import disk_cache
 from ..elf import module_files
 from . import jit_frames, python_frames, symbol_cache
 
@@ -737,7 +738,7 @@ class Symbolizer:
                     except ELF_ERRORS as e:
                         problem = f"unreadable symbols ({type(e).__name__})"
                 if syms is not None and cached:
-                    syms.considered = [[p, symbol_cache.signature(p)] for p in considered]
+                    syms.considered = [[p, disk_cache.file_signature(p)] for p in considered]
             self._symbols[key] = (syms, problem)
         syms, problem = self._symbols[key]
         if problem:

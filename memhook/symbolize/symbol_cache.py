@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 
 import numpy as np
 
@@ -31,14 +30,6 @@ def _name(module: dict, lookup) -> str | None:
         return None
     where = json.dumps([module["path"], list(lookup.debug_dirs), lookup.sysroot]).encode()
     return f"{bid}-{hashlib.sha256(where).hexdigest()[:12]}.syms"
-
-
-def signature(path: str) -> list | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 class Entry:
@@ -61,7 +52,7 @@ def load(module: dict, lookup) -> Entry | None:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes())
             if meta.get("version") != VERSION or any(
-                    signature(p) != sig for p, sig in meta["considered"]):
+                    disk_cache.file_signature(p) != sig for p, sig in meta["considered"]):
                 return None
             names = z["names"].tobytes().decode().split("\0") if len(z["starts"]) else []
             # (frames as JSON gave them, [function, file, line] lists: read only by unpacking)

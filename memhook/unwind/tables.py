@@ -65,14 +65,13 @@ def _write_cached(directory: str, key: str, rows: bytes, info: dict) -> None:
 def cache_key(file: str, build_id: str) -> str:
     """An object's name in the cache: its build-id; for a file without one (numpy's bundled
     OpenBLAS, 25 MB of rows to build, 0.8 s of memhook's time in every session of a numpy
-    program), the file as it is now: its path, inode, size and modification time."""
+    program), the file as it is now: its real path, inode, size and modification time."""
     if build_id and all(c in "0123456789abcdef" for c in build_id):
         return f"{build_id}.rows"
-    try:
-        st = os.stat(file)
-    except OSError:
+    now = disk_cache.file_signature(file)
+    if now is None:
         return ""
-    what = f"{os.path.realpath(file)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    what = json.dumps([os.path.realpath(file), *now])
     return f"file-{hashlib.sha256(what.encode()).hexdigest()[:32]}.rows"
 
 
