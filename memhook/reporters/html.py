@@ -195,6 +195,9 @@ class FlameFrames:
         self._index: dict = {}  # [name, kind, short] -> its place in table
         self._at: dict = {}  # id(frame dict) -> its place in table
         self._kept: list = []  # (the dicts: an id stays its own while it is known)
+        # (function, module) -> its place in table, for a native frame with a name: its row
+        # is the same at each of its return addresses (55,000 dicts, a few thousand names).
+        self._named: dict = {}
 
     def stack(self, frames: list) -> list[int]:
         out = list(map(self._at.get, map(id, reversed(frames))))  # (no Python loop a frame)
@@ -202,16 +205,26 @@ class FlameFrames:
             return out
         for f in reversed(frames):  # (root first: the table in the order a reader meets it)
             if id(f) not in self._at:
-                name = frame_name(f)
-                row = (name, frame_kind(f, self.exes),
-                       short(f["function"]) if f.get("function") else name)
-                at = self._index.get(row)
+                named = (f["function"], f["module"]) if f["function"] and "kind" not in f \
+                    else None
+                at = self._named.get(named) if named else None
                 if at is None:
-                    at = self._index[row] = len(self.table)
-                    self.table.append(row)
+                    at = self._place(f)
+                    if named:
+                        self._named[named] = at
                 self._at[id(f)] = at
                 self._kept.append(f)
         return list(map(self._at.__getitem__, map(id, reversed(frames))))
+
+    def _place(self, f: dict) -> int:
+        """The place in table of a frame's row, the row added if it is new."""
+        name = frame_name(f)
+        row = (name, frame_kind(f, self.exes), short(f["function"]) if f.get("function") else name)
+        at = self._index.get(row)
+        if at is None:
+            at = self._index[row] = len(self.table)
+            self.table.append(row)
+        return at
 
 
 def flame_json(flames: FlameFrames, rows: list) -> str:

@@ -52,23 +52,23 @@ class Suppression:
         return not self._hit.isdisjoint(map(id, frames))
 
     def judge(self, frames) -> None:
-        """Each frame dict judged once (`_hit`: the ids of those this suppression matches).
-        Reports share one dict per return address among all the stacks through it
-        (symbolize.stack_frames): apply() judges a report's distinct frames first, and a stack
-        is then one set operation, not a Python loop per frame (memhook's defaults over
-        html_load.py's 10,000 stacks, 52,197 distinct frames of 137,232: 0.18-0.20 s, from
-        0.23-0.26 s judging stack by stack)."""
-        seen, hit, frame_hit = self._seen, self._hit, self._frame_hit
-        for f in frames:
-            i = id(f)
-            if i not in seen:
-                seen[i] = f  # (kept: its id stays its own while it is known)
-                if frame_hit(f):
-                    hit.add(i)
+        self.judge_named(by_names(frames))
 
-    def _frame_hit(self, f: dict) -> bool:
-        return self._name_hit(f.get("function")) or self._name_hit(f.get("file")) or \
-            self._name_hit(f.get("module"))
+    def judge_named(self, named: dict) -> None:
+        """Each frame dict judged once (`_hit`: the ids of those this suppression matches),
+        by its names: `named` is by_names() of frames. Reports share one dict per return
+        address among all the stacks through it (symbolize.stack_frames), and a function's
+        many return addresses share its names: apply() groups a report's distinct frames by
+        name once for every suppression, each judges a name once, and a stack is then one set
+        operation, not a Python loop per frame."""
+        hit, kept = self._hit, self._kept
+        for names, dicts in named.items():
+            if self._names_hit(*names):
+                hit.update(map(id, dicts))
+        kept.append(named)  # (the dicts: an id stays its own while it is known)
+
+    def _names_hit(self, function: str | None, file: str | None, module: str | None) -> bool:
+        return self._name_hit(function) or self._name_hit(file) or self._name_hit(module)
 
     def _name_hit(self, name: str | None) -> bool:
         """The pattern searched once per name: a function's many return addresses are as many
@@ -82,9 +82,23 @@ class Suppression:
 
     def forget(self) -> None:
         """Drop the verdicts by frame (and the frames they keep alive) after a report."""
-        self._seen: dict[int, dict] = {}
+        self._kept: list = []
         self._hit: set[int] = set()
         self._names: dict[str, bool] = {}
+
+
+def by_names(frames) -> dict:
+    """Distinct frame dicts by the names a suppression reads: {(function, file, module):
+    [dicts]}."""
+    out: dict = {}
+    for f in frames:
+        names = (f.get("function"), f.get("file"), f.get("module"))
+        got = out.get(names)
+        if got is None:
+            out[names] = [f]
+        else:
+            got.append(f)
+    return out
 
 
 RUNTIME = re.compile(r"^(libc[.-]|libc\.musl|ld-linux|ld-musl|libstdc\+\+|libc\+\+|libgcc_s|"
@@ -101,9 +115,9 @@ class RuntimeOwn(Suppression):
     pool: every frame before the loader's _dl_init is the runtime's), and the loader's own
     (thread-local storage, dlopen's link maps: the allocating frame is the loader's)."""
 
-    def judge(self, frames) -> None:
+    def judge_named(self, named: dict) -> None:
         if self.pattern != LOADERS_OWN:  # (its verdict is the first frame's module)
-            super().judge(frames)
+            super().judge_named(named)
 
     def judged_match(self, frames: list) -> bool:
         if self.pattern == LOADERS_OWN:
@@ -113,8 +127,8 @@ class RuntimeOwn(Suppression):
         init = next(i for i, f in enumerate(frames) if id(f) in self._hit)
         return bool(init) and all(self._module_is(f, RUNTIME) for f in frames[:init])
 
-    def _frame_hit(self, f: dict) -> bool:  # (the constructor's kind: the loader calling it)
-        return (f.get("function") or "") in ("_dl_init", "call_init")
+    def _names_hit(self, function, file, module) -> bool:  # (the constructor's kind: the
+        return function in ("_dl_init", "call_init")  # loader calling it)
 
     def _module_is(self, frame: dict, kind: re.Pattern) -> bool:
         name = frame.get("module") or ""
@@ -180,10 +194,10 @@ def apply(report: dict, suppressions: list[Suppression]) -> dict:
     left outstanding) to the report. Returns the report."""
     stacks = [site["frames"] for site in report["sites"] if site["outstanding_bytes"] > 0] + \
         [r["frames"] for r in report.get("leak_suspects", [])]
-    every = {id(f): f for frames in stacks for f in frames}.values()
+    named = by_names({id(f): f for frames in stacks for f in frames}.values())
     for s in suppressions:
         s.blocks = s.bytes = 0
-        s.judge(every)
+        s.judge_named(named)
     left_bytes = left_blocks = lost_bytes = lost_blocks = 0
     for site in report["sites"]:
         if site["outstanding_bytes"] <= 0:
