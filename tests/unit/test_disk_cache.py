@@ -74,3 +74,34 @@ def test_rows_of_an_object_without_a_build_id_are_cached_while_it_is_unchanged(t
           "int h(int x) { return g(x) * f(x) + 2; }\n")
     changed = tables.rows_for(str(lib), "", directory)
     assert not changed.from_cache and changed.rows != first.rows
+
+
+def test_a_symbol_entry_reads_back_what_was_stored_and_grows(tmp_path, monkeypatch):
+    """A module's symbols on disk (symbol_cache.py) read back as stored: every name (an empty
+    one and non-ASCII ones too), the table, placed addresses; an entry read back and stored
+    again with more placed addresses keeps its names; a file not in the format is no entry."""
+    import numpy as np
+    from memhook.symbolize import symbol_cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    class Lookup:
+        debug_dirs, sysroot = (), None
+    module, lookup = {"path": "/lib/libx.so", "build_id": "ab12"}, Lookup()
+    names = ["main", "", "operator new(unsigned long)", "ψ_function", "last"]
+    starts = np.array([16, 32, 48, 64, 80], np.uint64)
+    symbol_cache.store(module, lookup, symbol_cache.Entry(
+        starts, starts + 8, names, [(90, 94)], None, {40: [["f", "a.c", 3]]},
+        [["/lib/libx.so", None]]))
+    got = symbol_cache.load(module, lookup)
+    assert list(got.names) == names and [got.names[i] for i in range(5)] == names
+    assert got.starts.tolist() == starts.tolist() and got.ends.tolist() == (starts + 8).tolist()
+    assert got.signal_spans == [(90, 94)] and got.located == {40: [["f", "a.c", 3]]}
+    got.located[50] = [["g", None, None]]
+    symbol_cache.store(module, lookup, got)
+    again = symbol_cache.load(module, lookup)
+    assert list(again.names) == names and sorted(again.located) == [40, 50]
+    directory = disk_cache.cache_dir("symbols")
+    path = os.path.join(directory, os.listdir(directory)[0])
+    with open(path, "r+b") as f:  # (an older entry, an npz: built again, never misread)
+        f.write(b"PK\x03\x04")
+    assert symbol_cache.load(module, lookup) is None
