@@ -15,6 +15,7 @@
 #include "grown_array.h"
 #include "live_map.h"
 #include "operations.h"
+#include "sparse_histograms.h"
 
 namespace memhook {
 
@@ -79,7 +80,6 @@ enum class TableSays { kLive, kFreed, kUnknown };
 // Reports claim lifetimes to this resolution at best (README, "Lifetimes"): one shorter, however
 // well timed, is counted as "under 1 µs".
 constexpr uint64_t kLifetimeResolutionNs = 1024;
-constexpr int kBuckets = 48;  // log2 histograms: bucket b holds values in [2^b, 2^(b+1))
 inline int log2_bucket(uint64_t v) { return v ? std::min(63 - __builtin_clzll(v), kBuckets - 1) : 0; }
 
 class Aggregates {
@@ -98,9 +98,9 @@ class Aggregates {
   void grow(size_t stacks) {
     if (stacks <= sites_.size()) return;
     sites_.resize(stacks);
-    size_hist_.resize(stacks * kBuckets);
-    life_hist_.resize(stacks * kBuckets);
-    unresolved_hist_.resize(stacks * kBuckets);
+    size_hist_.resize(stacks);
+    life_hist_.resize(stacks);
+    unresolved_hist_.resize(stacks);
   }
 
   __attribute__((always_inline)) void apply(const Event& e, double ns_per_tick) {
@@ -135,11 +135,11 @@ class Aggregates {
       const uint64_t life = e.ts > b->ts ? e.ts - b->ts : 0, unc = e.uncertainty + b->uncertainty;
       const uint64_t life_ns = uint64_t(double(life) * ns_per_tick);
       if (life >= 3 * unc && life_ns >= kLifetimeResolutionNs)
-        life_hist_[size_t(b->stack) * kBuckets + log2_bucket(life_ns)]++;
+        life_hist_.add(b->stack, log2_bucket(life_ns));
       else
-        unresolved_hist_[size_t(b->stack) * kBuckets +
-                         log2_bucket(std::max<uint64_t>(uint64_t(double(life + unc) * ns_per_tick),
-                                                        kLifetimeResolutionNs - 1))]++;
+        unresolved_hist_.add(b->stack, log2_bucket(std::max<uint64_t>(
+                                           uint64_t(double(life + unc) * ns_per_tick),
+                                           kLifetimeResolutionNs - 1)));
       live_.erase(b);
       return;
     }
@@ -168,7 +168,7 @@ class Aggregates {
     }
     if (record_events_) log_.push_back({e.ts, e.ptr, e.size, e.stack, e.tid, e.op, 0, {}});
     last_alloc_[e.tid & (kPerThread - 1)] = LastAlloc{e.tid, e.ptr};
-    size_hist_[size_t(e.stack) * kBuckets + log2_bucket(e.size)]++;
+    size_hist_.add(e.stack, log2_bucket(e.size));
     Site& s = sites_[e.stack];
     keep_peak(s);
     s.alloc_count++;
@@ -234,10 +234,10 @@ class Aggregates {
 
   const GrownArray<Site>& sites() const { return sites_; }  // by stack id
   const LiveMap& live() const { return live_; }
-  const GrownArray<uint64_t>& size_hist() const { return size_hist_; }  // kBuckets per stack
-  const GrownArray<uint64_t>& life_hist() const { return life_hist_; }
+  const SparseHistograms& size_hist() const { return size_hist_; }  // by stack id
+  const SparseHistograms& life_hist() const { return life_hist_; }
   // Lifetimes known only to lie below a bound: bucket b counts those under 2^(b+1) ns.
-  const GrownArray<uint64_t>& unresolved_hist() const { return unresolved_hist_; }
+  const SparseHistograms& unresolved_hist() const { return unresolved_hist_; }
   template <class F>
   void each_thread_pair(F f) const {
     for (const auto& [k, count] : thread_pairs_) f(k, count);
@@ -329,7 +329,7 @@ class Aggregates {
   double sample_rate_;
   // (each stack's, grown with the stack table: grown_array.h)
   GrownArray<Site> sites_;
-  GrownArray<uint64_t> size_hist_, life_hist_, unresolved_hist_;  // kBuckets per stack
+  SparseHistograms size_hist_, life_hist_, unresolved_hist_;
   LiveMap live_;
   uint64_t unknown_frees_ = 0, replaced_live_ = 0, reconciled_frees_ = 0, census_frees_ = 0;
   double out_total_ = 0, peak_total_ = 0;  // outstanding bytes now, and at the peak

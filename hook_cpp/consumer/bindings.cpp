@@ -244,22 +244,43 @@ py::dict check_leaks(Consumer& c, int pid,
 }
 
 // Unique stacks with ids >= since: the frames of stack since+i are
-// frames[offsets[i]-offsets[0] : offsets[i+1]-offsets[0]].
-py::tuple stacks(const Consumer& c, size_t since) {
+// frames[offsets[i]-offsets[0] : offsets[i+1]-offsets[0]]. With max_frames, only the stacks
+// from `since` whose frames come to at most that many (one at least): a capture's stacks are
+// written a bounded chunk at a time, not a copy of a Python program's 200 MB of frames at once.
+py::tuple stacks(const Consumer& c, size_t since, size_t max_frames) {
   auto lock = c.lock();
   const StackTable& t = c.stacks();
   const GrownArray<uint64_t>& all = t.frames();
   size_t n = t.size();
   since = std::min(since, n);
+  const size_t first = since < n ? t.offset(since) : all.size();
+  auto end_of = [&](size_t i) { return i + 1 < t.size() ? t.offset(i + 1) : all.size(); };
+  if (max_frames)  // (stack `since` always: a stack longer than max_frames is not cut)
+    for (size_t i = since + 1; i < n; i++)
+      if (end_of(i) - first > max_frames) {
+        n = i;
+        break;
+      }
+  const size_t end = since < n ? end_of(n - 1) : all.size();
   py::array_t<uint64_t> offsets(n - since + 1);
   auto o = offsets.mutable_unchecked<1>();
   for (size_t i = since; i < n; i++) o(i - since) = t.offset(i);
-  o(n - since) = all.size();
-  size_t first = since < n ? t.offset(since) : all.size();
-  py::array_t<uint64_t> frames(all.size() - first);
-  if (all.size() > first)
-    std::memcpy(frames.mutable_data(), all.data() + first, (all.size() - first) * 8);
+  o(n - since) = end;
+  py::array_t<uint64_t> frames(end - first);
+  if (end > first) std::memcpy(frames.mutable_data(), all.data() + first, (end - first) * 8);
   return py::make_tuple(offsets, frames);
+}
+
+// One stack's frames (none for an id not interned yet): what a live view shows of a few.
+py::array_t<uint64_t> stack(const Consumer& c, size_t id) {
+  auto lock = c.lock();
+  const StackTable& t = c.stacks();
+  if (id >= t.size()) return py::array_t<uint64_t>(0);
+  const size_t first = t.offset(id),
+               end = id + 1 < t.size() ? t.offset(id + 1) : t.frames().size();
+  py::array_t<uint64_t> out(end - first);
+  if (end > first) std::memcpy(out.mutable_data(), t.frames().data() + first, (end - first) * 8);
+  return out;
 }
 
 // Every block still live: ptr, size, stack, tid, ts (raw clock), as parallel numpy arrays.
@@ -304,7 +325,7 @@ py::dict behaviour(const Consumer& c) {
                             std::make_pair("lifetime_hist", &a.life_hist()),
                             std::make_pair("lifetime_unresolved_hist", &a.unresolved_hist())}) {
     py::array_t<uint64_t> h({n, (size_t)kBuckets});
-    std::memcpy(h.mutable_data(), hist->data(), n * kBuckets * 8);
+    hist->dense(h.mutable_data(), n);
     d[name] = h;
   }
   // Ages of the blocks live now, per stack: bounded by the stacks, however large the heap.
@@ -799,7 +820,8 @@ PYBIND11_MODULE(_native, m) {
       .def("unwind_publish", &publish, py::arg("objects"),
            "Publish [(lo, hi, bias, first, nrows)] as the objects the hooks unwind through.")
       .def("sites", &sites)
-      .def("stacks", &stacks, py::arg("since") = 0)
+      .def("stacks", &stacks, py::arg("since") = 0, py::arg("max_frames") = 0)
+      .def("stack", &stack, py::arg("id"))
       .def("record_events",
            [](Consumer& c, bool on) {
              auto lock = c.lock();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -64,12 +65,15 @@ class Consumer {
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
+  static constexpr const char* kThreadName = "memhook drain";
   // Drain continuously on a native thread: every `busy_us` while events arrive, `idle_us`
   // otherwise.
   void start(int busy_us, int idle_us) {
     if (thread_.joinable()) return;
     running_ = true;
     thread_ = std::thread([this, busy_us, idle_us] {
+      // (named, as top -H and /proc/PID/task/TID/comm show it: benchmarks/python_import.py)
+      pthread_setname_np(pthread_self(), kThreadName);
       while (running_.load(std::memory_order_relaxed)) {
         __atomic_store_n(&ctl_->heartbeat_ns, monotonic_ns(), __ATOMIC_RELAXED);
         uint32_t seen = __atomic_load_n(&ctl_->wake, __ATOMIC_ACQUIRE);

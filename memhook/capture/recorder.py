@@ -17,6 +17,10 @@ from .writer import Writer
 # resolution (capture files keep every tick): ticks, and per-stack changes (24 bytes each).
 MAX_TICKS = 2048
 MAX_CHANGES = 2_000_000
+# Frames per STKS block at most: the new stacks of a tick are copied out of the consumer and
+# compressed a block at a time (a Python program's import made 200 MB of them in a second,
+# held twice over while written whole).
+STACK_CHUNK = 1 << 20
 
 
 @dataclass
@@ -68,8 +72,10 @@ class Recorder:
             m = self.session.perf_map
             self.writer.json(b"PMAP", perf_map.to_json(jit, m.name, m.cut, m.rewritten))
             m.rewritten = False
-        offsets, frames = self.session.consumer.stacks(self.stacks_written)
-        if len(offsets) > 1:
+        while True:  # (a chunk at a time: a burst's new stacks are 100s of MB of frames)
+            offsets, frames = self.session.consumer.stacks(self.stacks_written, STACK_CHUNK)
+            if len(offsets) <= 1:
+                return
             if self.writer:
                 self.writer.arrays(b"STKS", first=np.array(self.stacks_written, np.uint64),
                                    offsets=offsets, frames=frames)

@@ -144,12 +144,11 @@ def snapshot_lines(m: Member, snap: dict, top: int) -> list[str]:
         from ..reachability import categories
         from ..reporters.text import leak_check_lines
         out += leak_check_lines(categories.summary({"leak_check": snap["leak_check"]}))
-    offsets, frames = s.consumer.stacks(0)
     for i in order:
         if not sites["outstanding_bytes"][i]:
             break
         out.append(f"  {human_bytes(int(sites['outstanding_bytes'][i])):>10}  " +
-                   m.follower.view.stack_line(m.follower.symbolizer, offsets, frames,
+                   m.follower.view.stack_line(m.follower.symbolizer,
                                               int(sites["id"][i])))
     return out
 

@@ -32,7 +32,6 @@ class LiveView:
         now = time.monotonic()
         t = consumer.totals()
         out = consumer.sites()["outstanding_bytes"]
-        offsets, frames = consumer.stacks()
         dt = max(now - self.last[0], 1e-6)
         alloc_rate = (t["alloc_count"] - self.last[1]) / dt
         free_rate = (t["free_count"] - self.last[2]) / dt
@@ -49,12 +48,12 @@ class LiveView:
         check, lost = self.latest_check()
         for i in shown:
             growth = analysis.theil_sen(times, series[i]) * 60 if len(times) > 1 else 0.0
-            where = self.stack_line(symbolizer, offsets, frames, i,
+            where = self.stack_line(symbolizer, i,
                                     width - 30 - 12 * (lost is not None) if width else None)
             rows.append((human_bytes(int(out[i])), f"{'+' if growth >= 0 else '-'}"
                          f"{human_bytes(abs(growth))}/min", where,
                          "" if lost is None else human_bytes(lost.get(i, 0))))
-        memory = self.part_lines(symbolizer, offsets, frames)
+        memory = self.part_lines(symbolizer)
         checked = self.check_lines(check)
         lost_head = "" if lost is None else f"  {'LOST':>10}"
         if not self.tty:
@@ -107,7 +106,7 @@ class LiveView:
 
     PARTS_SHOWN = 6
 
-    def part_lines(self, symbolizer, offsets, frames) -> list[str]:
+    def part_lines(self, symbolizer) -> list[str]:
         """The process's resident memory in parts (resident.py), one line each, largest first;
         the program's mappings in the session under the function that mapped them. (The heap's
         live and free shares come from the census, at attach and detach only.)"""
@@ -122,8 +121,8 @@ class LiveView:
         lines = [f"resident {human_bytes(rss)} in parts:"]
         for p in parts[:self.PARTS_SHOWN]:
             name = p.name
-            if p.stack and p.stack + 1 < len(offsets):
-                fr = frames[offsets[p.stack]:offsets[p.stack + 1]]
+            fr = self.session.consumer.stack(p.stack) if p.stack else ()
+            if len(fr):
                 names = [frame_name(f.as_dict()) for x in fr[:1] for f in symbolizer.frames(int(x))]
                 name = f"anonymous mmap by {names[0] if names else '?'}"
             lines.append(f"  {human_bytes(p.bytes['Rss']):>10}  {one_line(name)}")
@@ -133,14 +132,13 @@ class LiveView:
                          f"{len(rest)} more parts")
         return lines
 
-    def stack_line(self, symbolizer, offsets, frames, stack: int,
-                   width: int | None = None) -> str:
-        """Stack `stack` of the consumer's (offsets, frames) as one line (format.leak_site),
-        by this view's attribution rules and names; the live view's and a snapshot's."""
+    def stack_line(self, symbolizer, stack: int, width: int | None = None) -> str:
+        """The consumer's stack `stack` as one line (format.leak_site), by this view's
+        attribution rules and names; the live view's and a snapshot's. (One stack copied, not
+        every stack's frames: a Python program's are 200 MB.)"""
         if self.session.perf_map is not None:  # (the JIT's names, as read so far)
             symbolizer.use_jit_entries(self.session.perf_map.entries)
-        return leak_site({"frames": stack_frames(symbolizer,
-                                                 frames[offsets[stack]:offsets[stack + 1]])},
+        return leak_site({"frames": stack_frames(symbolizer, self.session.consumer.stack(stack))},
                          self.rules, self.full_names, width)
 
     def width(self) -> int | None:

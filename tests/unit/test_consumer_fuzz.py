@@ -208,3 +208,19 @@ def test_many_stacks_kept_whole_as_their_table_grows(segment):
     offsets, frames = c.stacks(30_001)  # (the ids from 30,001: stacks[30_000:])
     assert frames[offsets[0] - offsets[0]:].tolist()[:per] == stacks[30_000]
     assert len(frames) == per * (len(stacks) - 30_000)
+    # In chunks of at most 1,000 frames (a capture's STKS blocks): 125 stacks each, the last
+    # one shorter, together every stack once; one stack at a time; none past the last.
+    since, chunks = 1, []
+    while True:
+        offsets, frames = c.stacks(since, 1000)
+        if len(offsets) == 1:
+            break
+        assert len(frames) <= 1000 and offsets[-1] - offsets[0] == len(frames)
+        chunks += [frames[offsets[i] - offsets[0]:offsets[i + 1] - offsets[0]].tolist()
+                   for i in range(len(offsets) - 1)]
+        since += len(offsets) - 1
+    assert chunks == stacks
+    assert c.stack(1).tolist() == stacks[0] and c.stack(50_000).tolist() == stacks[-1]
+    assert c.stack(0).tolist() == [] and c.stack(50_001).tolist() == []
+    offsets, frames = c.stacks(49_999, 1)  # (a stack longer than the bound: whole, alone)
+    assert offsets.tolist() == [offsets[0], offsets[0] + per] and frames.tolist() == stacks[-2]

@@ -1,5 +1,5 @@
 // The consumer's parts on their own, without a segment or a target: the stack table, the live
-// map, event timing, and the processor's folder (arch.h) as the consumer uses it. Built for the
+// map, the sparse histograms, event timing, and the processor's folder (arch.h) as the consumer uses it. Built for the
 // host, and for AArch64 run under qemu-user. Built and run by tests/unit/test_native.py; prints one line per failed
 // check and "checks N failed M" at the end.
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include "arch.h"
 #include "event_times.h"
 #include "live_map.h"
+#include "sparse_histograms.h"
 #include "stack_table.h"
 
 using namespace memhook;
@@ -89,6 +90,34 @@ static void live_map() {
     found += b && b->size == size;
   }
   CHECK(found == truth.size());
+}
+
+// Each stack's histogram as a dense one counts it: stacks of one bucket, of a few, and of many
+// (moved into a dense row, some before others, while every stack keeps counting), large counts.
+static void sparse_histograms() {
+  SparseHistograms h;
+  std::mt19937_64 rng(3);
+  const size_t stacks = 3000;
+  std::vector<uint64_t> truth(stacks * kBuckets, 0);
+  h.resize(stacks);
+  for (int i = 0; i < 400000; i++) {
+    const size_t stack = rng() % stacks;
+    const int spread = stack % 3 == 0 ? 1 : stack % 3 == 1 ? SparseHistograms::kInline : kBuckets;
+    const int bucket = int((stack * 7 + rng() % spread) % kBuckets);
+    h.add(stack, bucket);
+    truth[stack * kBuckets + bucket]++;
+  }
+  for (int i = 0; i < 100000; i++) h.add(5, 47), truth[5 * kBuckets + 47]++;  // (bucket 47)
+  std::vector<uint64_t> dense(stacks * kBuckets, 1);
+  h.dense(dense.data(), stacks);
+  CHECK(dense == truth);
+  size_t same = 0;
+  for (size_t k = 0; k < stacks; k++)
+    for (int b = 0; b < kBuckets; b++) same += h.get(k, b) == truth[k * kBuckets + b];
+  CHECK(same == stacks * kBuckets);
+  CHECK(h.spilled() == stacks / 3);  // only the stacks of many buckets took a dense row
+  h.resize(stacks + 10);  // new stacks empty
+  CHECK(h.get(stacks + 9, 0) == 0 && h.get(stacks, 47) == 0);
 }
 
 // Events between two anchors are timed by their place among the bytes written between them;
@@ -238,6 +267,7 @@ int main() {
   return_addresses();
   stack_table();
   live_map();
+  sparse_histograms();
   event_times();
   printf("checks %d failed %d\n", g_checks, g_failed);
   return g_failed != 0;
