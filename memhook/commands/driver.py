@@ -474,7 +474,8 @@ def final_report(cap, a, symbols: dict | None = None) -> tuple[str, bool]:
     """The report at the end of a run, in --format, and whether --fail-on-leak fails it (None:
     `memhook leaks`, and no check could be taken)."""
     symbolizer = Symbolizer(cap.modules, cache=symbols)
-    rep = model.build(cap, symbolizer, model.Filters(runtime=a.runtime))
+    rep = model.build(cap, symbolizer, model.Filters(
+        runtime=a.runtime, outstanding_only=a.format == "text"))  # (the text lists no other)
     suppressions.apply_to_report(rep, cap, a)
     leaks_only = getattr(a, "leaks_only", False)  # memhook leaks (commands/leaks.py)
     if leaks_only and not suppressions.checked(rep):

@@ -86,6 +86,14 @@ def snapshot_of(cap, number: int, path: str):
         raise UsageError(f"{path} holds no snapshot {number} (snapshots: {have})") from None
 
 
+def lists_outstanding(a) -> bool:
+    """Whether the report lists only stacks still holding bytes (model.Filters): as text, or
+    the suppressions it would print; the other formats hold every stack (the flame graphs, a
+    profile's allocated bytes)."""
+    return (a.format == "text" and not a.diff and not a.plots and not a.otlp) or \
+        bool(a.print_suppressions)
+
+
 def run_report(argv: list[str]) -> int:
     from .. import capture, reporters
     from ..reporters import model, suppressions
@@ -98,7 +106,7 @@ def run_report(argv: list[str]) -> int:
         lookup = Lookup(a.debug_dir, a.sysroot)
         filters = model.Filters(a.min_size, a.max_size, a.module, a.function, a.top,
                                 a.min_age, transient_ns=a.transient_threshold * 1e6,
-                                runtime=runtime_rules(a))
+                                runtime=runtime_rules(a), outstanding_only=lists_outstanding(a))
         suppressions.check_arguments(a)  # (a bad file is one line, before the capture is read)
     except ValueError as e:
         raise UsageError(str(e)) from None

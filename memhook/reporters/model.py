@@ -53,6 +53,10 @@ class Filters:
     suspects: int = 10           # leak suspects listed
     transient_ns: float = 1e6    # transient allocations: freed within this many ns
     runtime: attribution.Rules = attribution.DEFAULT  # what is not the leak's own frame
+    # Only the stacks still holding bytes: all the text report lists (and all suppressions and
+    # --fail-on-leak weigh). A Python program's import made 349,000 stacks, all but 20,000 of
+    # them freed everything; naming each one's frames was 9 of the report's 20 s.
+    outstanding_only: bool = False
 
     def __post_init__(self):
         try:
@@ -93,6 +97,8 @@ def _candidate_stacks(cap: Capture, filters: Filters) -> np.ndarray:
     ids = ids[ids > 0]
     avg = s["alloc_bytes"][ids] / np.maximum(s["alloc_count"][ids], 1)
     keep = avg >= filters.min_size
+    if filters.outstanding_only:
+        keep &= s["outstanding_bytes"][ids] > 0
     if filters.max_size is not None:
         keep &= avg <= filters.max_size
     ids = ids[keep]

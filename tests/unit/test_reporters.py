@@ -73,6 +73,19 @@ def test_text(rep):
     assert not RAW_ADDRESS.search(text)
 
 
+def test_text_from_the_stacks_still_holding_bytes_alone(cap, rep):
+    """The text report is built from the stacks that still hold bytes (model.Filters
+    outstanding_only: memhook report's and memhook run's text), and reads as the one built from
+    every stack, without the stack that freed all it allocated."""
+    held = model.build(cap, Symbolizer(cap.modules, tool="pyelftools"),
+                       model.Filters(outstanding_only=True))
+    assert [s["outstanding_bytes"] for s in held["sites"]] == [3000, 700]
+    assert held["sites"] == rep["sites"][:2]
+    for top in (1, 10):
+        assert reporters.render("text", None, held, None, top=top) == \
+            reporters.render("text", None, rep, None, top=top)
+
+
 def test_collapsed(rep):
     assert reporters.render("collapsed", None, rep, None).splitlines() == [
         "main;framed 3000", "main;frameless 700"]
