@@ -310,9 +310,9 @@ py::dict live_blocks(const Consumer& c) {
   return d;
 }
 
-// Behaviour per stack: free locality, temporaries, size and lifetime histograms and the ages
-// of live blocks (rows by stack id), and (stack, alloc tid, free tid, count) for every
-// cross-thread pair seen.
+// Behaviour per stack: free locality, temporaries (rows by stack id), size and lifetime
+// histograms and the ages of live blocks (sparse), and (stack, alloc tid, free tid, count) for
+// every cross-thread pair seen.
 py::dict behaviour(const Consumer& c) {
   auto lock = c.lock();
   const Aggregates& a = c.aggregates();
@@ -321,24 +321,39 @@ py::dict behaviour(const Consumer& c) {
   site_columns(a, d, {"freed_same_thread", "freed_other_thread", "temporary", "freed_same_call"},
                {&Site::freed_same_thread, &Site::freed_other_thread, &Site::temporary,
                 &Site::freed_same_call});
+  // The histograms sparse (capture/format.py's BEHAVIOUR_SPARSE): NAME_at, the flat index
+  // stack * HISTOGRAM_BUCKETS + bucket of each non-zero count, and NAME_count.
+  auto put = [&d](const char* name, const std::vector<uint64_t>& at,
+                  const std::vector<uint64_t>& count) {
+    d[py::str(std::string(name) + "_at")] = py::array_t<uint64_t>(at.size(), at.data());
+    d[py::str(std::string(name) + "_count")] = py::array_t<uint64_t>(count.size(), count.data());
+  };
   for (auto [name, hist] : {std::make_pair("size_hist", &a.size_hist()),
                             std::make_pair("lifetime_hist", &a.life_hist()),
                             std::make_pair("lifetime_unresolved_hist", &a.unresolved_hist())}) {
-    py::array_t<uint64_t> h({n, (size_t)kBuckets});
-    hist->dense(h.mutable_data(), n);
-    d[name] = h;
+    std::vector<uint64_t> at, count;
+    hist->sparse(n, at, count);
+    put(name, at, count);
   }
   // Ages of the blocks live now, per stack: bounded by the stacks, however large the heap.
-  py::array_t<uint64_t> ages({n, (size_t)kBuckets});
-  uint64_t* age = ages.mutable_data();
-  std::memset(age, 0, n * kBuckets * 8);
+  std::vector<uint64_t> ages;
+  ages.reserve(a.live().size());
   const uint64_t now = c.now();
   const double per_tick = c.ticks_to_ns();
   for (const LiveMap::Block& b : a.live().entries())
     if (b.key && b.stack < n)
-      age[size_t(b.stack) * kBuckets +
-          log2_bucket(now > b.ts ? (uint64_t)((now - b.ts) * per_tick) : 0)]++;
-  d["age_hist"] = ages;
+      ages.push_back(size_t(b.stack) * kBuckets +
+                     log2_bucket(now > b.ts ? (uint64_t)((now - b.ts) * per_tick) : 0));
+  std::sort(ages.begin(), ages.end());
+  std::vector<uint64_t> age_at, age_count;
+  for (size_t i = 0; i < ages.size(); i++) {
+    if (age_at.empty() || age_at.back() != ages[i]) {
+      age_at.push_back(ages[i]);
+      age_count.push_back(0);
+    }
+    age_count.back()++;
+  }
+  put("age_hist", age_at, age_count);
   std::vector<uint64_t> stack, atid, ftid, count;
   a.each_thread_pair([&](const Aggregates::ThreadPair& k, uint64_t n) {
     stack.push_back(k.stack);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <vector>
+
 #include "grown_array.h"
 
 namespace memhook {
@@ -63,6 +65,22 @@ class SparseHistograms {
         continue;
       }
       for (int i = 0; i < kInline && s[i]; i++) row[s[i] & kBucketMask] = s[i] >> kCountShift;
+    }
+  }
+
+  // Every non-zero count of rows 0..n-1 as (row * kBuckets + bucket, count), row by row: a
+  // capture's BEHV block holds them so (a Python program's 349,000 rows were 540 MB dense).
+  void sparse(size_t n, std::vector<uint64_t>& at, std::vector<uint64_t>& count) const {
+    for (size_t k = 0; k < n && k < inline_.size(); k++) {
+      const uint64_t* s = inline_[k].slot;
+      if ((s[0] & kBucketMask) == kSpilled) {
+        const uint64_t* row = &rows_[(s[0] >> kCountShift) * kBuckets];
+        for (int b = 0; b < kBuckets; b++)
+          if (row[b]) at.push_back(k * kBuckets + b), count.push_back(row[b]);
+        continue;
+      }
+      for (int i = 0; i < kInline && s[i]; i++)
+        at.push_back(k * kBuckets + (s[i] & kBucketMask)), count.push_back(s[i] >> kCountShift);
     }
   }
 

@@ -12,7 +12,7 @@ from . import python_code, snapshots
 from .format import (BEHAVIOUR_HISTS, BEHAVIOUR_LATER_HISTS, BEHAVIOUR_PAIRS, BEHAVIOUR_ROWS,
                      BLOCK, EVENT_DTYPE, HEADER, LIVE_COLUMNS, MAGIC, MAX_BLOCK, MAX_PROCESSES,
                      PEAK_COLUMNS, SITE_COLUMNS, UNCERTAIN_COLUMNS, VERSION, Capture,
-                     CaptureError)
+                     CaptureError, dense_hists)
 from .merge import merge
 
 
@@ -159,7 +159,7 @@ class _Assembly:
             for k, v in _load_npz(payload).items():
                 self.series.setdefault(k, []).append(v)
         elif kind == b"BEHV":
-            z = _load_npz(payload)
+            z = dense_hists(_load_npz(payload))
             required = set(BEHAVIOUR_ROWS + BEHAVIOUR_HISTS + BEHAVIOUR_PAIRS)
             if not required <= set(z) <= required | set(BEHAVIOUR_LATER_HISTS):
                 raise ValueError("behaviour columns do not match")

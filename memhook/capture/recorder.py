@@ -10,7 +10,7 @@ import numpy as np
 from ..common import procfs, resident
 from . import perf_map, python_code, snapshots
 from .format import (EVENT_DTYPE, MEMORY_COLUMNS, PART_COLUMNS, SERIES_COLUMNS, SITE_COLUMNS,
-                     TICK_CHUNKS, TOP_STACKS, Capture)
+                     TICK_CHUNKS, TOP_STACKS, Capture, dense_hists)
 from .writer import Writer
 
 # What a live session holds in memory for its final report before it halves the series'
@@ -200,7 +200,7 @@ class Recorder:
             self.writer.close()
         cap.series = self.held_series()
         cap.events = np.concatenate(self.events) if self.events else None
-        cap.complete, cap.live, cap.behaviour = True, live, consumer.behaviour()
+        cap.complete, cap.live, cap.behaviour = True, live, dense_hists(consumer.behaviour())
         cap.snapshots = self.snapshots
         return cap
 

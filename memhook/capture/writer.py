@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 
 from . import perf_map, private_file, python_code, snapshots
-from .format import BLOCK, HEADER, MAGIC, VERSION, Capture
+from .format import BLOCK, HEADER, MAGIC, VERSION, Capture, sparse_hists
 
 
 def _npz(**arrays) -> bytes:
@@ -97,7 +97,7 @@ def write(path: str, cap: Capture) -> None:
     if cap.events is not None:
         w.arrays(b"EVTS", **{n: cap.events[n] for n in cap.events.dtype.names})
     if cap.behaviour is not None:
-        w.arrays(b"BEHV", **cap.behaviour)
+        w.arrays(b"BEHV", **sparse_hists(cap.behaviour))
     if cap.live is not None:
         w.arrays(b"LIVE", **cap.live)
     w.close()

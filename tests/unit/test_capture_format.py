@@ -93,3 +93,54 @@ def test_snapshots_written_read_and_reported_on(tmp_path, cap):
                                         "rss_bytes": 4096}]
     with pytest.raises(KeyError):
         snapshots.at(back, 2)
+
+
+def test_behaviour_histograms_written_sparse_and_read_either_way(tmp_path, cap):
+    """BEHV holds each histogram's non-zero counts (NAME_at, NAME_count); a capture reads back
+    the same dense rows, and so does one written dense (as older captures were); an index past
+    the stacks is a damaged block, one line."""
+    import dataclasses
+    import io
+    import struct
+    import zlib
+    rows = cap.stack_count  # (its stack_offsets hold the "no stack" row 0 too)
+    rng = np.random.default_rng(5)
+    b = {k: rng.integers(0, 9, rows).astype(np.uint64) for k in capture.BEHAVIOUR_ROWS}
+    for k in capture.BEHAVIOUR_HISTS + capture.BEHAVIOUR_LATER_HISTS:
+        dense = np.zeros((rows, 48), np.uint64)
+        dense[rng.integers(0, rows, 6), rng.integers(0, 48, 6)] = rng.integers(1, 2**40, 6)
+        b[k] = dense
+    b.update({k: np.array([0], np.uint64) for k in capture.BEHAVIOUR_PAIRS})
+    with_b = dataclasses.replace(cap, behaviour=b)
+    path = tmp_path / "sparse.mh"
+    capture.write(str(path), with_b)
+    data = path.read_bytes()
+    at = data.index(b"BEHV")
+    _, _, length = struct.unpack_from("<4sIQ", data, at)
+    held = np.load(io.BytesIO(zlib.decompress(data[at + 16:at + 16 + length])))
+    assert "size_hist_at" in held.files and "size_hist" not in held.files
+    assert len(held["size_hist_at"]) == np.count_nonzero(b["size_hist"])
+
+    def hists(c):
+        return {k: c.behaviour[k].tolist() for k in capture.BEHAVIOUR_HISTS
+                + capture.BEHAVIOUR_LATER_HISTS}
+    assert hists(capture.read(str(path))) == hists(with_b)
+    old = tmp_path / "dense.mh"
+    w = capture.Writer(str(old))
+    w.json(b"META", cap.meta)
+    w.json(b"MODS", cap.modules)
+    w.arrays(b"STKS", first=np.array(0, np.uint64), offsets=cap.stack_offsets,
+             frames=cap.stack_frames)
+    w.arrays(b"AGGR", **cap.sites)
+    w.arrays(b"BEHV", **b)
+    w.close()
+    assert hists(capture.read(str(old))) == hists(with_b)
+    bad = dict(b, size_hist=np.zeros((rows + 5, 48), np.uint64))
+    bad["size_hist"][rows + 4, 3] = 1  # (a count for a stack past the rows)
+    w = capture.Writer(str(old))
+    w.json(b"META", cap.meta)
+    w.json(b"MODS", cap.modules)
+    w.arrays(b"BEHV", **capture.format.sparse_hists(bad))
+    w.close()
+    with pytest.raises(capture.CaptureError, match="damaged 'BEHV' block"):
+        capture.read(str(old))
