@@ -333,6 +333,14 @@ def attribute(report: dict, rules: attribution.Rules) -> None:
         elif isinstance(node, list) and node and isinstance(node[0], (dict, list)):
             for v in node:  # (not lists of numbers: histograms, series)
                 walk(v)
+    # The sites first, directly: each holds one stack and no other (a Python program's 349,000
+    # sites' keys were most of the walk).
+    sites = report.get("sites")
+    if isinstance(sites, list) and all(isinstance(s, dict) and "frames" in s for s in sites):
+        for site in sites:
+            if site["frames"]:
+                site["attributed_frame"] = attribution.attributed(site["frames"], rules)
+        report = {k: v for k, v in report.items() if k != "sites"}
     walk(report)
 
 
