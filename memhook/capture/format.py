@@ -43,34 +43,6 @@ HIST_BUCKETS = 48  # each behaviour histogram's log2 buckets
 # sparse_histograms.h): NAME_at, each non-zero count's flat index (stack * HIST_BUCKETS +
 # bucket), and NAME_count. Dense, a Python program's 349,000 stacks made 540 MB to compress at
 # detach and to decompress in every report; in memory (Capture.behaviour) they are dense.
-
-
-def sparse_hists(b: dict) -> dict:
-    """Behaviour with dense histograms (Capture.behaviour) as a BEHV block holds it."""
-    out = {k: v for k, v in b.items() if k not in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS}
-    for k in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS:
-        if k in b:
-            flat = np.ascontiguousarray(b[k], np.uint64).ravel()
-            at = np.flatnonzero(flat)
-            out[k + "_at"], out[k + "_count"] = at.astype(np.uint64), flat[at]
-    return out
-
-
-def dense_hists(b: dict) -> dict:
-    """A BEHV block's behaviour (sparse histograms, or dense as older captures hold them) with
-    dense histograms, one row per stack of its rows; ValueError if its indices do not fit."""
-    rows = len(b["temporary"])
-    hists = [k for k in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS if k + "_at" in b]
-    out = {k: v for k, v in b.items() if k not in {h + s for h in hists for s in ("_at", "_count")}}
-    for k in hists:
-        at, count = b[k + "_at"], b.get(k + "_count")
-        if count is None or at.ndim != 1 or at.shape != count.shape or \
-                (len(at) and int(at.max()) >= rows * HIST_BUCKETS):
-            raise ValueError(f"{k}: counts out of its {rows} rows")
-        dense = np.zeros(rows * HIST_BUCKETS, np.uint64)
-        dense[at.astype(np.int64)] = count
-        out[k] = dense.reshape(rows, HIST_BUCKETS)
-    return out
 TOP_STACKS = 20  # stacks sampled in the time series per interval
 TICK_CHUNKS = ("top_time_s", "top_stack", "top_bytes", "stk_time_s", "stk_id", "stk_bytes")
 EVENT_DTYPE = np.dtype([("ts", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("stack", "<u4"),
@@ -115,3 +87,30 @@ class Capture:
     def frames(self, stack: int) -> np.ndarray:
         return self.stack_frames[int(self.stack_offsets[stack]):int(self.stack_offsets[stack + 1])]
 
+
+def sparse_hists(b: dict) -> dict:
+    """Behaviour with dense histograms (Capture.behaviour) as a BEHV block holds it."""
+    out = {k: v for k, v in b.items() if k not in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS}
+    for k in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS:
+        if k in b:
+            flat = np.ascontiguousarray(b[k], np.uint64).ravel()
+            at = np.flatnonzero(flat)
+            out[k + "_at"], out[k + "_count"] = at.astype(np.uint64), flat[at]
+    return out
+
+
+def dense_hists(b: dict) -> dict:
+    """A BEHV block's behaviour (sparse histograms, or dense as older captures hold them) with
+    dense histograms, one row per stack of its rows; ValueError if its indices do not fit."""
+    rows = len(b["temporary"])
+    hists = [k for k in BEHAVIOUR_HISTS + BEHAVIOUR_LATER_HISTS if k + "_at" in b]
+    out = {k: v for k, v in b.items() if k not in {h + s for h in hists for s in ("_at", "_count")}}
+    for k in hists:
+        at, count = b[k + "_at"], b.get(k + "_count")
+        if count is None or at.ndim != 1 or at.shape != count.shape or \
+                (len(at) and int(at.max()) >= rows * HIST_BUCKETS):
+            raise ValueError(f"{k}: counts out of its {rows} rows")
+        dense = np.zeros(rows * HIST_BUCKETS, np.uint64)
+        dense[at.astype(np.int64)] = count
+        out[k] = dense.reshape(rows, HIST_BUCKETS)
+    return out
