@@ -236,7 +236,7 @@ def python_verdict(f: dict, rules: Rules) -> int:
         return got[1]
     verdict = MARKER if is_marker(f) else \
         LIBRARY if is_python_library(f) or rules.is_runtime(f) else OWN
-    if len(rules._python) >= 1 << 20:
+    if len(rules._python) >= 1 << 17:  # (a live session's: what it holds stays bounded)
         rules._python.clear()
     rules._python[id(f)] = (f, verdict)
     return verdict
