@@ -8,6 +8,7 @@
 // it. If memhook dies first, the copy dies with it (PTRACE_O_EXITKILL, set on the copy alone)
 // and stays a zombie of the target's, which its wait(-1) never sees, until the target ends.
 #pragma once
+#include <errno.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -148,8 +149,16 @@ class ForkedImage {
     }
     long r = 0;
     int child = 0;
-    const bool called = injected_syscall(threads[k], stub, ctl, SYS_clone,
-                                         {CLONE_FILES, 0, 0, 0, 0}, &r, &child);
+    bool called = false;
+    // A signal that came during clone() stops it before it made anything (the kernel's
+    // ERESTARTNOINTR, 513, which a traced call sees where a program's would be restarted): it
+    // is made again, a few times (a target flooded with SIGPIPE under attach saw it each time).
+    constexpr long kRestart = 513;
+    for (int attempt = 0; attempt < 8; attempt++) {
+      called = injected_syscall(threads[k], stub, ctl, SYS_clone, {CLONE_FILES, 0, 0, 0, 0}, &r,
+                                &child);
+      if (!called || child > 0 || (r != -kRestart && r != -EINTR)) break;
+    }
     if (child > 0) {
       pid_ = child;
       __atomic_store_n(&ctl->check_copy, child, __ATOMIC_RELEASE);  // (reaped by the library

@@ -39,6 +39,15 @@ GDB_SETTINGS = [
     "set print inferior-events off",
     "set debug-file-directory",
     "set exec-file-mismatch off",  # the executable is read as /proc/PID/exe, before the attach
+    # A signal that stops one of memhook's calls in the target (a fault in it) puts the target's
+    # thread back as it was before the call, and the call fails. Left in the call, the thread
+    # would return, after the detach, to the address GDB put on its stack for the call's end:
+    # a program that took a SIGPIPE during its attach crashed so in the dynamic loader.
+    "set unwindonsignal on",
+    # Signals that come from outside, which GDB stops for by default, are the program's: handed
+    # to it as they come (its handler runs, or their action is taken), the call going on.
+    "handle SIGHUP SIGQUIT SIGUSR1 SIGUSR2 SIGPIPE SIGTERM SIGXCPU SIGXFSZ SIGPWR "
+    + " ".join(f"SIG{n}" for n in range(34, 65)) + " nostop noprint pass",
 ]
 
 

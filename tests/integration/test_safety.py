@@ -230,6 +230,34 @@ def test_signal_handler_allocating_inside_hooks(tmp_path, targets):
     assert target.finish() == 0
 
 
+def test_signals_from_outside_during_attach_and_detach(tmp_path, targets):
+    """A program sent SIGPIPE and SIGUSR1 as fast as another process can while memhook attaches
+    and detaches, twice: GDB hands them to the program instead of stopping its calls in it, and
+    a call a signal does stop is put back (unwindonsignal). The program keeps running, its
+    handler counting, and memhook says what it did in one line either way."""
+    target = targets(build(tmp_path, "signal_flood.c"))
+    sender = subprocess.Popen([sys.executable, "-c", (
+        "import os, signal, sys\n"
+        "pid = int(sys.argv[1])\n"
+        "while True:\n"
+        "    os.kill(pid, signal.SIGPIPE); os.kill(pid, signal.SIGUSR1)\n"), str(target.pid)])
+    try:
+        for _ in range(2):
+            before = int(target.ask("signals", "signals").split()[1])
+            proc = subprocess.run(memhook_cmd("-p", target.pid, "--no-live", "--duration", "0.5",
+                                              "--no-reachability"),
+                                  capture_output=True, text=True, timeout=300, cwd="/")
+            if proc.returncode:  # (refused, e.g. every thread inside libc: one line)
+                one_line_error(proc, proc.returncode)
+            assert "Traceback" not in proc.stderr
+            progressed(target)  # alive and running, its signals still handled
+            assert int(target.ask("signals", "signals").split()[1]) > before
+    finally:
+        sender.kill()
+        sender.wait()
+    assert target.finish() == 0
+
+
 def wait_stopped(pid: int, timeout: float = 30) -> None:
     """SIGSTOP takes effect when each thread next enters the kernel: on a loaded machine the
     consumer may drain for a while after kill() returns. Wait until every thread is stopped."""
