@@ -229,9 +229,25 @@ class FlameFrames:
 
 def flame_json(flames: FlameFrames, rows: list) -> str:
     """The flame graph's data, to sit in a <script> element: its frames and its stacks, each
-    [frame indices, weight...]."""
-    return json.dumps({"frames": flames.table, "stacks": rows},
+    [frame indices, weight...], stacks of the same frames as one (merged())."""
+    return json.dumps({"frames": flames.table, "stacks": merged(rows)},
                       separators=(",", ":")).replace("</", "<\\/")
+
+
+def merged(rows: list) -> list:
+    """Flame graph rows [frame indices, weight...] of the same frames summed into one, in the
+    order first seen. The graph draws functions: stacks that differ only in the lines or call
+    sites of their frames draw the same boxes, and the page sums them anyway (a Python
+    program's import: 349,000 stacks, most of them differing only in lines)."""
+    out: dict = {}
+    for ids, *weights in rows:
+        got = out.get(tuple(ids))
+        if got is None:
+            out[tuple(ids)] = [ids, *weights]
+        else:
+            for i, w in enumerate(weights, 1):
+                got[i] += w
+    return list(out.values())
 
 
 def _count(n: int) -> str:

@@ -230,6 +230,15 @@ def test_html_flame_data_holds_each_frame_once(cap, rep):
     assert sum(len(ids) for ids, *_ in data["stacks"]) > len(rows)  # (main: in every stack)
 
 
+def test_flame_rows_of_the_same_frames_are_one():
+    """Stacks whose frames name the same functions (lines or call sites apart) are one row of
+    the flame graph's data, their weights summed, in the order first seen."""
+    from memhook.reporters.html import merged
+    rows = [[[0, 1, 2], 10, 100, 1], [[0, 1], 5, 50, 2], [[0, 1, 2], 7, 70, 3], [[0], 0, 1, 1]]
+    assert merged(rows) == [[[0, 1, 2], 17, 170, 4], [[0, 1], 5, 50, 2], [[0], 0, 1, 1]]
+    assert merged([[[3, 4], 9], [[3, 4], 1]]) == [[[3, 4], 10]]  # (the peak's: one weight)
+
+
 def test_every_format_is_registered():
     assert set(reporters.FORMATS) == {"text", "json", "collapsed", "pprof", "html", "otlp",
                                       "leaks"}
