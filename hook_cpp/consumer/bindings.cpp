@@ -254,14 +254,13 @@ py::tuple stacks(const Consumer& c, size_t since, size_t max_frames) {
   size_t n = t.size();
   since = std::min(since, n);
   const size_t first = since < n ? t.offset(since) : all.size();
-  auto end_of = [&](size_t i) { return i + 1 < t.size() ? t.offset(i + 1) : all.size(); };
   if (max_frames)  // (stack `since` always: a stack longer than max_frames is not cut)
     for (size_t i = since + 1; i < n; i++)
-      if (end_of(i) - first > max_frames) {
+      if (t.end(i) - first > max_frames) {
         n = i;
         break;
       }
-  const size_t end = since < n ? end_of(n - 1) : all.size();
+  const size_t end = since < n ? t.end(n - 1) : all.size();
   py::array_t<uint64_t> offsets(n - since + 1);
   auto o = offsets.mutable_unchecked<1>();
   for (size_t i = since; i < n; i++) o(i - since) = t.offset(i);
@@ -276,8 +275,7 @@ py::array_t<uint64_t> stack(const Consumer& c, size_t id) {
   auto lock = c.lock();
   const StackTable& t = c.stacks();
   if (id >= t.size()) return py::array_t<uint64_t>(0);
-  const size_t first = t.offset(id),
-               end = id + 1 < t.size() ? t.offset(id + 1) : t.frames().size();
+  const size_t first = t.offset(id), end = t.end(id);
   py::array_t<uint64_t> out(end - first);
   if (end > first) std::memcpy(out.mutable_data(), t.frames().data() + first, (end - first) * 8);
   return out;

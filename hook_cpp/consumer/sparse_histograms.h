@@ -8,8 +8,6 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
-
 #include <vector>
 
 #include "grown_array.h"
@@ -44,28 +42,6 @@ class SparseHistograms {
       }
     }
     spill(s, bucket);
-  }
-
-  uint64_t get(size_t stack, int bucket) const {
-    const uint64_t* s = inline_[stack].slot;
-    if ((s[0] & kBucketMask) == kSpilled) return rows_[(s[0] >> kCountShift) * kBuckets + bucket];
-    for (int i = 0; i < kInline && s[i]; i++)
-      if ((s[i] & kBucketMask) == uint64_t(bucket)) return s[i] >> kCountShift;
-    return 0;
-  }
-
-  // Rows 0..n-1 written dense into out (n * kBuckets counts).
-  void dense(uint64_t* out, size_t n) const {
-    memset(out, 0, n * kBuckets * sizeof(uint64_t));
-    for (size_t k = 0; k < n && k < inline_.size(); k++) {
-      const uint64_t* s = inline_[k].slot;
-      uint64_t* row = out + k * kBuckets;
-      if ((s[0] & kBucketMask) == kSpilled) {
-        memcpy(row, &rows_[(s[0] >> kCountShift) * kBuckets], kBuckets * sizeof(uint64_t));
-        continue;
-      }
-      for (int i = 0; i < kInline && s[i]; i++) row[s[i] & kBucketMask] = s[i] >> kCountShift;
-    }
   }
 
   // Every non-zero count of rows 0..n-1 as (row * kBuckets + bucket, count), row by row: a

@@ -34,6 +34,9 @@ class StackTable {
 
   size_t size() const { return stacks_.size(); }  // ids in use, 0 included
   size_t offset(size_t id) const { return stacks_[id].offset; }  // into frames()
+  size_t end(size_t id) const {  // (past its last frame)
+    return id + 1 < stacks_.size() ? stacks_[id + 1].offset : frames_.size();
+  }
   const GrownArray<uint64_t>& frames() const { return frames_; }
 
  private:
