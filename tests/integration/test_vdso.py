@@ -6,6 +6,7 @@ names against what the target really maps and what gdb names there."""
 from __future__ import annotations
 
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -21,7 +22,13 @@ from memhook.unwind import tables as unwind_tables
 
 @pytest.fixture
 def sleeper():
+    """A program past its exec. Popen returns once exec has closed its close-on-exec pipe, and
+    the kernel closes it before it maps the new image's vDSO: wait for the maps to show it."""
     proc = subprocess.Popen(["sleep", "60"])
+    deadline = time.monotonic() + 30
+    while not any(m.path == "[vdso]" for m in procfs.read_maps(proc.pid)):
+        assert time.monotonic() < deadline, "sleep mapped no vDSO in 30 s"
+        time.sleep(0.01)
     yield proc
     proc.kill()
     proc.wait()
