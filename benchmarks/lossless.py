@@ -22,10 +22,11 @@ from pathlib import Path
 TESTS_TARGETS = Path(__file__).parent.parent / "tests" / "targets"
 MODES = {"default": [], "max-wait 0": ["--max-wait", "0"], "lossless": ["--lossless"],
          "lossless 10ms": ["--lossless", "--max-wait", "10ms"]}
-CASES = {"1 thread x 1 M": ("burst 1 1000000", False),
-         "64 threads x 50 k": ("burst 64 50000", False),
-         "1 M beside hogs": ("burst 1 1000000", True),
-         "1 M kept": ("burst 1 1000000 1", False)}
+CASES = {"1 thread x 1 M": ("burst 1 1000000", None),
+         "64 threads x 50 k": ("burst 64 50000", None),
+         "1 M beside hogs": ("burst 1 1000000", "starved"),
+         "1 M beside a hog": ("burst 1 1000000", "one"),
+         "1 M kept": ("burst 1 1000000 1", None)}
 
 
 class Target:
@@ -47,9 +48,15 @@ class Target:
         self.proc.wait()
 
 
-def hog_every_core() -> list:
-    return [subprocess.Popen(["nice", "-n", "-5", "taskset", "-c", str(c), "sh", "-c",
-                              "while :; do :; done"]) for c in range(os.cpu_count())]
+def hog(cpu: int, nice: int) -> subprocess.Popen:
+    return subprocess.Popen(["nice", "-n", str(nice), "taskset", "-c", str(cpu), "sh", "-c",
+                             "while :; do :; done"])
+
+
+def start_hogs(hogs: str | None) -> list:
+    if hogs == "starved":
+        return [hog(c, -5) for c in range(os.cpu_count())]
+    return [hog(0, 0)] if hogs == "one" else []
 
 
 def stop(procs: list) -> None:
@@ -58,8 +65,8 @@ def stop(procs: list) -> None:
         p.wait()
 
 
-def untraced(target: Target, command: str, hogs: bool) -> dict:
-    busy = hog_every_core() if hogs else []
+def untraced(target: Target, command: str, hogs: str | None) -> dict:
+    busy = start_hogs(hogs)
     try:
         return {"s": target.timed(command), "dropped": 0, "waited": 0, "wait_ms": 0.0,
                 "timeouts": 0, "longest_ms": 0.0}
@@ -67,18 +74,17 @@ def untraced(target: Target, command: str, hogs: bool) -> dict:
         stop(busy)
 
 
-def traced(target: Target, command: str, args: list, hogs: bool) -> dict:
+def traced(target: Target, command: str, args: list, hogs: str | None) -> dict:
     mh = subprocess.Popen([sys.executable, "-m", "memhook", "-p", str(target.proc.pid),
                            "--no-live", "--format", "json", *args], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, cwd="/")
     for line in mh.stdout:
         if line.startswith("memhook: attached"):
             break
-    busy = []
-    if hogs:  # memhook at nice 19 (each thread: nice is per thread), then the hogs
+    if hogs == "starved":  # memhook at nice 19 (each thread: nice is per thread), then the hogs
         for tid in os.listdir(f"/proc/{mh.pid}/task"):
             os.setpriority(os.PRIO_PROCESS, int(tid), 19)
-        busy = hog_every_core()
+    busy = start_hogs(hogs)
     try:
         took = target.timed(command)
     finally:

@@ -3,6 +3,11 @@
 // --lossless every event may wait so; by default a wait that runs out makes the ring drop
 // without waiting until the consumer has emptied half of it, so that a burst on an idle host
 // loses nothing and a starved consumer costs the target one bounded wait per half ring.
+// A stalled consumer is told from a starved one by how often waits run out: when none ran
+// out, on any thread, for kGraceEveryNs, a wait may last kGraceTimes as long. A consumer held
+// off once (its vCPU taken by the host, a CPU hog's scheduler tick: a 10 ms wait ran out in 1
+// burst of 86 beside one hog) then costs one longer wait and no events; a starved one runs
+// out again within that time and drops as before, having cost the target one longer wait.
 // Waits are counted per ring, with their time and the ones that ran out.
 #pragma once
 
@@ -13,6 +18,8 @@ void wake_consumer(ThreadState& t, uint64_t w);  // (ring_writer.h)
 
 uint64_t g_max_wait_ns;  // 0: a full ring drops at once
 bool g_lossless;
+constexpr uint64_t kGraceEveryNs = 10000000000ull, kGraceTimes = 10;
+uint64_t g_ran_out_at;  // when a wait last ran out, on any thread (0: never): the consumer's state
 
 // Sleeps on the low word of the ring's read cursor, which the consumer wakes when it moves it
 // while `waiting` is set (ring_reader.h). Slices of at most 10 ms: the heartbeat is checked
@@ -25,7 +32,11 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
                                                        uint64_t limit) {
   RingHeader* r = t.ring;
   if (!g_max_wait_ns || (!g_lossless && t.cached_read < t.wait_again_at)) return UINT64_MAX;
-  const uint64_t t0 = monotonic_ns(), deadline = t0 + g_max_wait_ns;
+  const uint64_t t0 = monotonic_ns();
+  const uint64_t ran_out_at = __atomic_load_n(&g_ran_out_at, __ATOMIC_RELAXED);
+  const bool grace = !g_lossless && (!ran_out_at || t0 - ran_out_at >= kGraceEveryNs);
+  const uint64_t deadline =
+      t0 + (grace ? min_of<uint64_t>(g_max_wait_ns * kGraceTimes, kMaxWaitNs) : g_max_wait_ns);
   uint64_t rd = UINT64_MAX, now = t0;
   wake_consumer(t, t.write);
   for (;;) {
@@ -53,6 +64,7 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
   if (rd == UINT64_MAX) {
     __atomic_store_n(&r->wait_timeouts, r->wait_timeouts + 1, __ATOMIC_RELAXED);
     t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
+    __atomic_store_n(&g_ran_out_at, monotonic_ns(), __ATOMIC_RELAXED);
   }
   return rd;
 }

@@ -102,6 +102,80 @@ def test_target_goes_on_when_memhook_stops_and_dies_while_it_waits(tmp_path, tar
     assert target.finish() == 0
 
 
+def writer_waits(pid: int, timeout: float = 30) -> None:
+    """Returns once a thread of `pid` other than its first sleeps in futex(2): a burst's writer
+    waiting for room (the first thread waits in pthread_join, also a futex)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                    call = f.read().split()[0]
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(tid) != pid and call == str(FUTEX):
+                return
+        assert time.monotonic() < deadline, "no thread waited for room"
+        time.sleep(0.001)
+
+
+FUTEX = 202  # x86-64's futex(2)
+
+
+def stopped_burst(target, mh, count: int, hold_s: float | None) -> None:
+    """A burst of `count` allocations made while memhook is stopped (SIGSTOP: its drain thread
+    too), memhook let go `hold_s` after the writer began to wait for room, or after the burst."""
+    os.kill(mh.proc.pid, signal.SIGSTOP)
+    try:
+        target.proc.stdin.write(f"burst 1 {count}\n")
+        target.proc.stdin.flush()
+        if hold_s is None:
+            target.expect("done", timeout=30)
+        else:
+            writer_waits(target.pid)
+            time.sleep(hold_s)
+    finally:
+        os.kill(mh.proc.pid, signal.SIGCONT)
+    if hold_s is not None:
+        target.expect("done", timeout=60)
+
+
+def test_a_consumer_held_off_once_costs_a_longer_wait_not_events(tmp_path, targets):
+    """memhook held off 30 ms while a burst fills its ring (stopped, as a host that takes its
+    vCPU away stops it; a CPU hog's tick held it 10 ms in 1 burst of 86): at default settings
+    the writer's wait goes on past --max-wait's 10 ms, as the first wait to run out in 10 s may
+    (ten times as long), and nothing is dropped."""
+    target = targets(build(tmp_path, "burst.c", base_flags=["-O2", "-g"]))
+    mh = Memhook(target.pid, tmp_path, "--interval", "1")
+    stopped_burst(target, mh, 200_000, 0.03)
+    report = mh.stop()
+    assert target.finish() == 0
+    t = report["totals"]
+    assert (t["dropped_events"], t["wait_timeouts"]) == (0, 0), t
+    assert t["wait_max_us"] >= 30_000, t  # held past the bound: else this tested nothing
+    s = site(report, "burst_alloc")
+    assert (s["alloc_count"], s["outstanding_count"]) == (200_000, 200), s
+
+
+def test_a_consumer_held_off_again_within_10_s_costs_one_bounded_wait(tmp_path, targets):
+    """A stopped memhook, twice: the first wait to run out lasts ten times --max-wait, the
+    second, within 10 s of it, only --max-wait (a consumer held off that often is starved, and
+    the target goes on, dropping); each time the target finishes its burst."""
+    target = targets(build(tmp_path, "burst.c", base_flags=["-O2", "-g"]))
+    mh = Memhook(target.pid, tmp_path, "--interval", "1", "--max-wait", "50ms")
+    stopped_burst(target, mh, N, None)
+    time.sleep(0.5)  # memhook empties the ring: the writer may wait again
+    stopped_burst(target, mh, N, None)
+    report = mh.stop()
+    assert target.finish() == 0
+    t = report["totals"]
+    assert t["wait_timeouts"] == 2 and t["dropped_events"] > 0, t
+    # 500 ms, then 50 ms, each a little longer on a loaded host (10 ms sleeps, each overrun);
+    # 1 s or more if the grace came twice.
+    assert 0.5e9 <= t["wait_ns"] < 0.9e9, t
+    assert 500_000 <= t["wait_max_us"] < 800_000, t
+
+
 def burst(tmp_path, targets, threads: int, per_thread: int, *args, keep_every: int = 1000) -> dict:
     """`threads` threads each making `per_thread` allocations at full speed and keeping every
     `keep_every`th, memhook attached with `args` on an otherwise idle host: the report, checked
