@@ -208,7 +208,7 @@ struct alignas(64) Control {
   uint32_t started;
   uint32_t nlate;  // `late` entries in use
   uint32_t loads;  // libraries the target loaded since attach: memhook builds their unwind rows
-  uint32_t pad2;
+  uint32_t loads_read;  // (memhook's) the `loads` it has read the maps for: exit_check.h
   uint64_t table;  // the address table in the target: memhook reads it at detach (reconcile)
   alignas(64) uint64_t dropped_no_ring;  // events lost because every ring was owned
   uint64_t dropped_frees_no_ring;        // of which frees

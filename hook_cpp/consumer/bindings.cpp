@@ -780,6 +780,7 @@ PYBIND11_MODULE(_native, m) {
       .def("totals", &totals)
       .def("reconcile", &Consumer::reconcile, py::arg("mem_fd"))
       .def("loads", &Consumer::loads)
+      .def("loads_read", &Consumer::loads_read)
       .def("set_follow_forks", &Consumer::set_follow_forks)
       .def(
           "set_python",

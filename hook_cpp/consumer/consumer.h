@@ -217,6 +217,8 @@ class Consumer {
   bool abandoned() const { return __atomic_load_n(&ctl_->abandoned, __ATOMIC_ACQUIRE) != 0; }
   uint64_t lib_base() const { return ctl_->lib_base; }
   uint32_t loads() const { return __atomic_load_n(&ctl_->loads, __ATOMIC_ACQUIRE); }
+  // The libraries counted up to `loads` are known (their modules read): exit_check.h.
+  void loads_read(uint32_t loads) { __atomic_store_n(&ctl_->loads_read, loads, __ATOMIC_RELEASE); }
 
   // A Python interpreter's layout for the hooks (python_frames.h), before injection.
   void set_python(const PythonLayout& layout) {

@@ -57,8 +57,15 @@ class Follower:
         """One look: '' while the process runs on, else why its session ends."""
         session, recorder = self.session, self.recorder
         alive = session.target_alive()
-        if alive and session.consumer.exit_announced():  # exit(): the leak check, now
-            session.check_leaks("exit")
+        if alive and session.consumer.exit_announced():  # exit() waits (exit_check.h)
+            # for the libraries it loaded last, read while they are still mapped; and for the
+            # leak check.
+            if session.poll_loads(rescan=True):
+                self.symbolizer.set_modules(session.modules.values())
+            if session.options.reachability:
+                session.check_leaks("exit")
+            else:
+                session.consumer.exit_done()
         rescan = now >= self.next_rescan
         if rescan:
             self.next_rescan = now + RESCAN_S

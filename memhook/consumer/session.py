@@ -464,6 +464,7 @@ class Session:
             mapped = {(m.start, m.path) for m in procfs.read_maps(self.pid) if m.offset == 0}
         except OSError:
             return False
+        self.consumer.loads_read(loads)  # (a program exiting need not wait for them: exit_check.h)
         keys = frozenset(k for k in self.modules if k in mapped)
         if keys == self.published_modules:
             return False

@@ -171,6 +171,25 @@ def test_leak_check_under_run(tmp_path, launched):
     assert proc.returncode == 0 and rep["unsuppressed"]["lost_bytes"] == 0, proc.stderr
 
 
+@pytest.mark.parametrize("options", [[], ["--no-reachability"]])
+def test_a_library_loaded_just_before_the_end_is_named(tmp_path, launched, options):
+    """A program that loads a library, allocates from it and ends at once: its frames are
+    named, in that library, though the process and its mappings are gone before the report.
+    The program's exit() waits for memhook to read the maps when it loaded libraries memhook
+    had not read yet (exit_check.h), with the leak check at exit or without it. (A Python
+    program's last imports were addresses in no module in every report: memhook reads the
+    maps every 50 ms.)"""
+    lib = tmp_path / "libloaded_last.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", str(TARGETS / "loaded_last_lib.c"),
+                    "-o", str(lib)], check=True)
+    proc, rep = memhook_run(tmp_path, launched, "load-and-end", str(lib), options=options)
+    assert proc.returncode == 0, proc.stderr
+    (s,) = [s for s in rep["sites"] if s["frames"][0]["function"] == "leak_in_loaded_library"]
+    assert (s["outstanding_count"], s["outstanding_bytes"]) == (5, 5 * 77), s
+    assert s["frames"][0]["module"] == str(lib), s["frames"][0]
+    assert functions(s)[1] == "loaded_last", functions(s)
+
+
 def test_suppressions_the_program_embeds(tmp_path):
     """A program's __lsan_default_suppressions() (LSan's and heaptrack's convention) is read at
     attach and applies as a file's would, from memhook run and from the capture; the text names

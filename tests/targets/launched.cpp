@@ -16,7 +16,10 @@
  *            fork and the execl call named), wait, exit 0
  *   env NAME print "NAME=value" (getenv) and "environ" if environ is set, exit 0
  *   cout     write a line through std::cout and printf, keep nothing of its own, exit 0 (what
- *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer) */
+ *            is left is the runtime's: libstdc++'s emergency pool, stdout's buffer)
+ *   load-and-end LIB  dlopen LIB, call its loaded_last (5 x 77 bytes kept), return 0 at once */
+#include <dlfcn.h>
+
 #include <csignal>
 #include <iostream>
 #include <string>
@@ -94,6 +97,12 @@ NOINLINE static void scrub_stack(void) {
 int main(int argc, char** argv) {
   if (!lib_ctor_block || !static_init.block || argc < 2) return 99;
   const char* mode = argv[1];
+  if (!strcmp(mode, "load-and-end") && argc > 2) {  /* a library loaded and used, then the end */
+    void* lib = dlopen(argv[2], RTLD_NOW);
+    if (!lib) return 98;
+    ((void (*)(void))dlsym(lib, "loaded_last"))();
+    return 0;
+  }
   if (!strcmp(mode, "exit") && argc > 2) {
     leak_in_main();
     exit(atoi(argv[2]));
