@@ -7,7 +7,9 @@ stacks; full tracing that loses nothing).
 applied and dropped), the ring waits, the consumer's own CPU time (its native thread, "memhook
 drain": /proc's schedstat, read until it ends) and memhook's RSS beside shared memory while the
 session ran (RssAnon + RssFile, sampled every 5 ms while that thread lives: the final report of
-200,000 stacks comes after and is not in it), and the whole run's wall time, report included.
+200,000 stacks comes after and is not in it), and the whole run's wall time, report included;
+and the imports' own time, measured by the program, traced and alone (each traced run follows
+an unprofiled one: the ratio is of the two).
 
     sudo .venv/bin/python benchmarks/python_import.py [--runs 3] [--python PATH]
 """
@@ -55,11 +57,25 @@ def watch(pid: int, out: dict) -> None:
         time.sleep(0.005)
 
 
+def timed_code(out: Path) -> str:
+    """CODE, timed by the program itself into `out` (seconds): the imports alone, without the
+    interpreter's start or memhook's attach and report."""
+    return (f"import time; t0 = time.perf_counter(); {CODE}; "
+            f"open({str(out)!r}, 'w').write(repr(time.perf_counter() - t0))")
+
+
+def alone(python: str, tmp: Path) -> float:
+    out = tmp / "alone.s"
+    subprocess.run([python, "-c", timed_code(out)], check=True, cwd="/")
+    return float(out.read_text())
+
+
 def one_run(python: str, tmp: Path) -> dict:
-    cap = tmp / "import.mh"
+    cap, took = tmp / "import.mh", tmp / "traced.s"
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "memhook", "run", "--no-live", "-o", str(cap),
-                          "--report-file", str(tmp / "report.txt"), "--", python, "-c", CODE],
+                          "--report-file", str(tmp / "report.txt"), "--", python, "-c",
+                          timed_code(took)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/")
     seen: dict = {}
     watcher = threading.Thread(target=watch, args=(p.pid, seen), daemon=True)
@@ -74,7 +90,8 @@ def one_run(python: str, tmp: Path) -> dict:
     waits = next((line.strip() for line in report.splitlines() if "waited for room" in line), "")
     cap.unlink()
     return {"events": totals["alloc_count"] + totals["free_count"] + totals["dropped_events"],
-            "dropped": totals["dropped_events"], "waits": waits, "wall": wall, **seen}
+            "dropped": totals["dropped_events"], "waits": waits, "wall": wall,
+            "traced_s": float(took.read_text()), **seen}
 
 
 def main():
@@ -86,16 +103,20 @@ def main():
     tmp = Path(tempfile.mkdtemp())
     runs = []
     for i in range(a.runs):
+        bare = alone(a.python, tmp)
         r = one_run(a.python, tmp)
+        r["ratio"] = r["traced_s"] / bare
         runs.append(r)
         print(f"run {i + 1}: {r['dropped']:,} of {r['events']:,} events dropped; consumer "
               f"{r['cpu_s']:.2f} s of CPU; memhook {r['rss_mib']:.0f} MiB beside the rings "
-              f"in the session; {r['wall']:.1f} s end to end"
+              f"in the session; {r['wall']:.1f} s end to end; the imports "
+              f"{r['traced_s']:.2f} s traced, {bare:.2f} s alone ({r['ratio']:.2f}x)"
               + (f"\n       {r['waits']}" if r["waits"] else ""), flush=True)
     print(f"dropped: {spread([r['dropped'] for r in runs], '', 0)} events; consumer CPU "
           f"{spread([r['cpu_s'] for r in runs], ' s')}; RSS "
           f"{spread([r['rss_mib'] for r in runs], ' MiB', 0)}; wall "
-          f"{statistics.median(r['wall'] for r in runs):.1f} s")
+          f"{statistics.median(r['wall'] for r in runs):.1f} s; the imports traced "
+          f"{spread([r['ratio'] for r in runs], 'x')} their time alone")
 
 
 if __name__ == "__main__":

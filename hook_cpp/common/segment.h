@@ -158,7 +158,7 @@ struct CodeCacheEntry {
   uint32_t record;
   int32_t firsttraceable;
 };
-constexpr uint32_t kCodeCacheEntries = 64;  // per ring; a power of two
+constexpr uint32_t kCodeCacheEntries = 512;  // per ring; a power of two (python_import.py)
 // A ring's Python area (hook_library/python_frames.h), touched only by a Python thread: its
 // code cache, and the Python frames each recent stack was kept with (a recent stack repeats
 // only with the same Python frames).
