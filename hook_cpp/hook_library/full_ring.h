@@ -3,11 +3,13 @@
 // --lossless every event may wait so; by default a wait that runs out makes the ring drop
 // without waiting until the consumer has emptied half of it, so that a burst on an idle host
 // loses nothing and a starved consumer costs the target one bounded wait per half ring.
-// A stalled consumer is told from a starved one by how often waits run out: when none ran
-// out, on any thread, for kGraceEveryNs, a wait may last kGraceTimes as long. A consumer held
-// off once (its vCPU taken by the host, a CPU hog's scheduler tick: a 10 ms wait ran out in 1
-// burst of 86 beside one hog) then costs one longer wait and no events; a starved one runs
-// out again within that time and drops as before, having cost the target one longer wait.
+// A stalled consumer is told from a starved one by how often waits outlast the bound: when
+// none did, on any thread, for kGraceEveryNs, a wait may last kGraceTimes as long. A consumer
+// held off once (its vCPU taken by the host, a CPU hog's scheduler tick: a 10 ms wait ran out
+// in 1 burst of 86 beside one hog) then costs one longer wait and no events; a starved one
+// outlasts the bound again within that time and drops as before, having cost the target one
+// longer wait. (Outlasts, not runs out: a starved consumer that makes room once in every
+// longer wait would never run out, and the target would go at its pace.)
 // Waits are counted per ring, with their time and the ones that ran out.
 #pragma once
 
@@ -19,7 +21,7 @@ void wake_consumer(ThreadState& t, uint64_t w);  // (ring_writer.h)
 uint64_t g_max_wait_ns;  // 0: a full ring drops at once
 bool g_lossless;
 constexpr uint64_t kGraceEveryNs = 10000000000ull, kGraceTimes = 10;
-uint64_t g_ran_out_at;  // when a wait last ran out, on any thread (0: never): the consumer's state
+uint64_t g_ran_out_at;  // when a wait last outlasted the bound, on any thread (0: never)
 
 // Sleeps on the low word of the ring's read cursor, which the consumer wakes when it moves it
 // while `waiting` is set (ring_reader.h). Slices of at most 10 ms: the heartbeat is checked
@@ -64,8 +66,9 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
   if (rd == UINT64_MAX) {
     __atomic_store_n(&r->wait_timeouts, r->wait_timeouts + 1, __ATOMIC_RELAXED);
     t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
-    __atomic_store_n(&g_ran_out_at, monotonic_ns(), __ATOMIC_RELAXED);
   }
+  if (rd == UINT64_MAX || waited > g_max_wait_ns)
+    __atomic_store_n(&g_ran_out_at, t0 + waited, __ATOMIC_RELAXED);
   return rd;
 }
 

@@ -66,7 +66,7 @@ def add_tracing_arguments(p: Parser) -> None:
                    help=f"the longest one event waits for room in a full ring, then is dropped "
                    f"(default {Options.max_wait_s * 1e3:g}ms, with --lossless "
                    f"{LOSSLESS_MAX_WAIT_S:g}s; 0: drop at once); without --lossless, ten "
-                   "times as long when no wait ran out in the last 10 s")
+                   "times as long when no wait outlasted it in the last 10 s")
     p.add_argument("--unhook-after", type=positive_float, default=Options.abandon_after_s,
                    metavar="S",
                    help="if memhook dies, the target unhooks itself after this many seconds "
