@@ -26,9 +26,8 @@ __attribute__((noinline)) StackWords python_stack_words(ThreadState& t, Origin f
                                                         uint64_t size, uint64_t* frames,
                                                         uint64_t ret0) {
   uint64_t words[kPythonDepth];
-  const uint32_t k = python_frames(t, words, g_record_frames - g_depth);
   uint64_t h = ret0 ^ (uint64_t)from.ret;
-  for (uint32_t j = 0; j < k; j++) h = (h ^ words[j]) * 0x9E3779B97F4A7C15ull;
+  const uint32_t k = python_frames(t, words, g_record_frames - g_depth, &h);
   constexpr int bits = __builtin_ctz(kRecentStacks);
   const uint32_t i = uint32_t(h >> (64 - bits));
   RecentStack* c = recent_stack_at(t, i);
