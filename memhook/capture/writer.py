@@ -24,8 +24,14 @@ class Writer:
         self._f.write(HEADER.pack(MAGIC, VERSION, 0))
         self.bytes = HEADER.size
 
+    # A megabyte or more (a burst's stacks, a large final block) at zlib's fastest level: a
+    # Python program's import wrote 272 MB of blocks, compressed in 1.97 s at level 6 and 0.57 s
+    # at level 1 (9.2 MB and 12.3 MB), on memhook's main thread beside the program. Smaller
+    # blocks, a long session's every few seconds, stay at level 6, as small as before.
+    FAST_FROM = 1 << 20
+
     def block(self, kind: bytes, payload: bytes) -> None:
-        data = zlib.compress(payload, 6)
+        data = zlib.compress(payload, 1 if len(payload) >= self.FAST_FROM else 6)
         private_file.write_all(self._f, BLOCK.pack(kind, zlib.crc32(data), len(data)) + data)
         self._f.flush()
         self.bytes += BLOCK.size + len(data)
