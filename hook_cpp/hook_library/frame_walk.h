@@ -64,6 +64,8 @@ inline uint32_t backtrace(ThreadState& t, Origin from, uint64_t ret0, uint64_t* 
   // not read: it leaves every entry to the compiled path (records.h: python_stack_words).
   if (g_python) c->compare = (uint64_t)memhook_compare_miss;
 #endif
+  // (Marked kept before it is: a claim empties the entries marked.)
+  g_recent_kept[t.ring_no - 1] |= 1u << (uint32_t((uint8_t*)c - t.recent) / g_recent_stride);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);  // a handler's hook sees the entry whole or empty
   c->ret0 = ret0;
   // Rows published during the walk: memhook may have emptied the entries before this one was

@@ -132,6 +132,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_rings = (uint8_t*)m + rings_offset();
   g_recent_stacks = (uint8_t*)m + recent_stacks_offset(c->nrings, c->ring_bytes);
   g_recent_stride = (uint32_t)recent_stack_stride(c->depth);
+  memset(g_recent_kept, 0, sizeof g_recent_kept);  // (a new segment: every entry empty)
   memset(g_rule_cache, 0, sizeof g_rule_cache);  // rules of the previous session's objects
   g_unwind_bytes = c->unwind_bytes;
   g_unwind = g_unwind_bytes ? (const UnwindArea*)((uint8_t*)m + unwind_offset(c->nrings, c->ring_bytes,

@@ -16,6 +16,10 @@ bool g_selective;        // a size filter or sampling: allocations need a closer
 bool g_size_filter;      // --min-size / --max-size given
 uintptr_t g_main_stack_lo, g_main_stack_hi;
 uint32_t g_ring_populated[kMaxRings];  // the generation whose claim faulted each ring in
+// Per ring: the recent stacks a walk kept since the ring was last claimed (a bit each), the
+// only ones a claim must empty (frame_walk.h sets them; the segment starts zero).
+uint32_t g_recent_kept[kMaxRings];
+static_assert(kRecentStacks <= 32, "a bit per recent stack");
 
 }  // namespace
 
