@@ -57,20 +57,18 @@ class Follower:
         """One look: '' while the process runs on, else why its session ends."""
         session, recorder = self.session, self.recorder
         alive = session.target_alive()
-        if alive and session.consumer.exit_announced():  # exit() waits (exit_check.h)
-            # for the libraries it loaded last, read while they are still mapped; and for the
-            # leak check.
-            if session.poll_loads(rescan=True):
-                self.symbolizer.set_modules(session.modules.values())
+        exiting = alive and session.consumer.exit_announced()  # exit() waits: exit_check.h
+        rescan = now >= self.next_rescan
+        if rescan:
+            self.next_rescan = now + RESCAN_S
+        # (An exiting program's last libraries read while they are still mapped.)
+        if alive and session.poll_loads(rescan or exiting):
+            self.symbolizer.set_modules(session.modules.values())
+        if exiting:  # then the leak check, or just let it go
             if session.options.reachability:
                 session.check_leaks("exit")
             else:
                 session.consumer.exit_done()
-        rescan = now >= self.next_rescan
-        if rescan:
-            self.next_rescan = now + RESCAN_S
-        if alive and session.poll_loads(rescan):
-            self.symbolizer.set_modules(session.modules.values())
         if not alive:
             return "target exited"
         if now >= self.next_tick and session.target_execed():
