@@ -21,7 +21,7 @@ void wake_consumer(ThreadState& t, uint64_t w);  // (ring_writer.h)
 uint64_t g_max_wait_ns;  // 0: a full ring drops at once
 bool g_lossless;
 constexpr uint64_t kGraceEveryNs = 10000000000ull, kGraceTimes = 10;
-uint64_t g_ran_out_at;  // when a wait last outlasted the bound, on any thread (0: never)
+uint64_t g_outlasted_at;  // when a wait last outlasted the bound, on any thread (0: never)
 
 // Sleeps on the low word of the ring's read cursor, which the consumer wakes when it moves it
 // while `waiting` is set (ring_reader.h). Slices of at most 10 ms: the heartbeat is checked
@@ -35,8 +35,8 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
   RingHeader* r = t.ring;
   if (!g_max_wait_ns || (!g_lossless && t.cached_read < t.wait_again_at)) return UINT64_MAX;
   const uint64_t t0 = monotonic_ns();
-  const uint64_t ran_out_at = __atomic_load_n(&g_ran_out_at, __ATOMIC_RELAXED);
-  const bool grace = !g_lossless && (!ran_out_at || t0 - ran_out_at >= kGraceEveryNs);
+  const uint64_t outlasted_at = __atomic_load_n(&g_outlasted_at, __ATOMIC_RELAXED);
+  const bool grace = !g_lossless && (!outlasted_at || t0 - outlasted_at >= kGraceEveryNs);
   const uint64_t deadline =
       t0 + (grace ? min_of<uint64_t>(g_max_wait_ns * kGraceTimes, kMaxWaitNs) : g_max_wait_ns);
   uint64_t rd = UINT64_MAX, now = t0;
@@ -68,7 +68,7 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
     t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
   }
   if (rd == UINT64_MAX || waited > g_max_wait_ns)
-    __atomic_store_n(&g_ran_out_at, t0 + waited, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_outlasted_at, t0 + waited, __ATOMIC_RELAXED);
   return rd;
 }
 

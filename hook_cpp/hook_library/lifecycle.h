@@ -164,7 +164,7 @@ extern "C" __attribute__((visibility("default"))) int memhook_start(const char* 
   g_max_size = c->max_size;
   g_max_wait_ns = min_of<uint64_t>(c->max_wait_ns, kMaxWaitNs);
   g_lossless = c->lossless != 0;
-  g_ran_out_at = 0;  // (a new consumer: full_ring.h)
+  g_outlasted_at = 0;  // (a new consumer: full_ring.h)
   for (int id = 1; id < kMaxHooks; id++)
     if (c->real[id] && !entry_active(id)) g_real[id] = (void*)c->real[id];  // (else its trampoline)
   // Libraries loaded later get the entries memhook chose at attach (routing.h).
