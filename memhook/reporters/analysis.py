@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _native
 from ..capture import Capture
 from ..common.format import duration_text, human_bytes
 from ..reachability import categories
+from ..symbolize import CUT_MARKERS
 
 MAX_POINTS = 200   # Theil–Sen is quadratic: longer series are subsampled evenly
 PLATEAU = 0.1      # late growth below this share of the overall growth: plateaued
@@ -74,10 +76,15 @@ def jit_groups(cap: Capture) -> dict[int, list[int]]:
         f = cap.frames(stack)
         at = np.searchsorted(lo, f, side="right") - 1
         inside = (at >= 0) & (f < hi[np.maximum(at, 0)]) if len(lo) else np.zeros(len(f), bool)
+        # Only return addresses: not a Python frame's word (after the native frames, top bit
+        # set) nor a cut walk's marker, also in no module (a Python program's 294 stacks of
+        # distinct Python callers were one suspect "alike up to JIT-compiled code").
+        jit = ~inside & (f < np.uint64(_native.PYTHON_FRAME)) & \
+            ~np.isin(f, np.array(list(CUT_MARKERS), np.uint64))
         # Up to the first frame in JIT code: what lies above it (the JIT's other frames, the
         # runtime's calls into Java, the thread's start) tells no leak apart, and a walk
         # through compiled code without frame pointers may end there or go on.
-        first = int(np.argmin(inside)) if len(f) and not inside.all() else -1
+        first = int(np.argmax(jit)) if jit.any() else -1
         key = stack if first < 0 else tuple(int(x) for x in f[:first])
         by_key.setdefault(key, []).append(stack)
     groups = {}

@@ -65,6 +65,21 @@ def test_stacks_alike_up_to_jit_code_are_one_suspect(program):
     assert [r["stacks"] for r in rows] == [3, 1] and rows[1]["stack"] == 4
 
 
+def test_python_callers_of_one_native_stack_are_not_jit_code(program):
+    """A Python program's stacks: the same native frames, then each its own Python frames
+    (words with the top bit set, in no module, as a JIT's code is). Python frames are named
+    frames: each stack is a suspect of its own, none "alike up to JIT-compiled code"."""
+    from memhook import _native
+    site = synthetic.return_addresses(program, "framed")[:2]
+    samples = 30
+    grows = [100 * (i + 1) for i in range(samples)]
+    stacks = [synthetic.Stack(site + [_native.PYTHON_FRAME | (k + 1) << 32 | 2 * k],
+                              samples, grows[-1], history=grows) for k in range(3)]
+    rows = analysis.suspects(synthetic.make(program, stacks, interval=1.0), min_age_s=60)
+    assert [r["stacks"] for r in rows] == [1, 1, 1], rows
+    assert not any("JIT" in reason for r in rows for reason in r["reasons"]), rows
+
+
 def test_a_stack_holding_a_tenth_is_never_left_out_unsaid(program):
     """A request in flight as the capture ended holds a third of the bytes (churn: no
     suspect), and two large stacks that hold without growing rank below ten growing ones: each
