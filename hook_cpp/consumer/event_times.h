@@ -22,9 +22,19 @@ constexpr uint32_t kMinPaces = 8;      // fewer: no pace known, every window unc
 // busy pace (bytes per tick: the fastest of its recent windows of 1 KiB or more, once there are a
 // few; a slower one would take a window the thread partly slept through for a busy one), which
 // tells how much of a window it may have been idle.
+// An anchor: every event before cursor `w` happened no later than `t`, every event after it no
+// earlier (a clock record the writer wrote at w; or w as the consumer found the write cursor,
+// and its clock read just after).
+struct Anchor {
+  uint64_t w, t;
+};
+
 struct RingClock {
   uint64_t anchor_w = 0, anchor_t = 0;
-  uint64_t snap_w = 0, snap_t = 0;  // the previous drain's look at the write cursor, if ahead
+  // The consumer's looks at the write cursor since the ring was last applied to it, in order:
+  // the drain thread looks every millisecond while events wait but applies them only now and
+  // then (ring_reader.h: look), and each look bounds the events around it as a drain would have.
+  std::vector<Anchor> looks;
   bool anchored = false;
   double peak_rate = 0;
   float paces[kPaces] = {};
@@ -39,13 +49,6 @@ struct RingClock {
 // The anchors of what one drain reads of one ring, and the window the next event lies in.
 class EventTimes {
  public:
-  // An anchor: every event before cursor `w` happened no later than `t`, every event after it
-  // no earlier (a clock record the writer wrote at w; or w as a drain found the write cursor,
-  // and the consumer's clock read just after).
-  struct Anchor {
-    uint64_t w, t;
-  };
-
   // The clock records in what the writer published from `rd` to `w`, in order, then (w, now):
   // the anchors the events between them are timed by. Headers only; what apply_ring() finds
   // malformed it skips, so this one stops there too.
@@ -93,12 +96,11 @@ class EventTimes {
     }
     found.to = at;
     anchors_.assign(found.anchors.begin(), found.anchors.end());
-    if (rs.snap_t && rs.snap_w - from - 1 < w - from - 1) {  // strictly between: in cursor order
-      const Anchor snap{rs.snap_w, rs.snap_t};
-      anchors_.insert(std::upper_bound(anchors_.begin(), anchors_.end(), snap,
-                                       [](const Anchor& x, const Anchor& y) { return x.w < y.w; }),
-                      snap);
-    }
+    for (const Anchor& look : rs.looks)  // from `from` up to w: in cursor order
+      if (look.w - from <= w - from)
+        anchors_.insert(std::upper_bound(anchors_.begin(), anchors_.end(), look,
+                                         [](const Anchor& x, const Anchor& y) { return x.w < y.w; }),
+                        look);
     anchors_.push_back({w, now});
   }
 

@@ -35,7 +35,7 @@ class RingReader {
   // the consumer began (no event is earlier).
   RingReader(uint8_t* segment, uint64_t start_ts)
       : base_(segment), ctl_((const Control*)segment), rings_(ctl_->nrings),
-        aggregates_(double(ctl_->sample_rate)), prev_drain_ts_(start_ts) {}
+        aggregates_(double(ctl_->sample_rate)), prev_look_ts_(start_ts) {}
 
   // Apply every ring's published events that are ordered (the final drain: all of them).
   // drain_ts: the clock now, which later drains' events are never earlier than. Returns events.
@@ -69,9 +69,62 @@ class RingReader {
           break;
         }
     }
-    prev_drain_ts_ = drain_ts;
+    prev_look_ts_ = drain_ts;
     applied_ += total;
     return total;
+  }
+
+  // What a look at every ring found (look()).
+  struct Look {
+    bool pending = false;  // some ring holds events not applied
+    bool due = false;      // apply them now: a ring filling, a writer waiting for room
+  };
+  // Events are applied when a ring holds kDrainFrom of a ring's bytes, when a writer waits for
+  // room, or at the latest kDrainEveryNs after they arrived (consumer.h), not at every look: a
+  // short program's events wait in the rings while it runs (the rings hold them; its 400
+  // threads' 800,000 events are 18 MB in 256 MiB of rings), and the consumer's work, 45 ms of a
+  // core on two cores, comes after it instead of beside it (benchmarks/versus_heaptrack.py).
+  // Each look still notes every moving write cursor with the clock, so events are timed as
+  // finely as when every look applied them (event_times.h).
+  static constexpr uint64_t kDrainFromParts = 4;  // a ring's bytes / this
+  static constexpr size_t kMaxLooks = 128;        // looks kept per ring before it is applied
+
+  Look look(uint64_t look_ts) {
+    Look l;
+    const uint64_t cap = ctl_->ring_bytes;
+    for (uint32_t i = 0; i < ctl_->nrings; i++) {
+      const RingHeader* r = ring(i);
+      RingClock& c = rings_[i].clock;
+      const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
+      const uint64_t rd = r->read;
+      const uint64_t now = w == rd ? look_ts : read_clock(ctl_->clock);  // after the cursor
+      if (!c.anchored) {  // as apply_ring anchors a ring's first events
+        c.anchor_w = rd;
+        c.anchor_t = prev_look_ts_;
+        c.anchored = true;
+      }
+      if (w == rd) {  // quiet: its next events come after this look (apply_ring's case)
+        if (c.anchor_w == w && c.looks.empty()) c.anchor_t = std::max(c.anchor_t, now);
+        continue;
+      }
+      l.pending = true;
+      note_look(c.looks, {w, now});
+      if (w - rd >= cap / kDrainFromParts || c.looks.size() >= kMaxLooks ||
+          __atomic_load_n(&r->waiting, __ATOMIC_RELAXED))
+        l.due = true;
+    }
+    prev_look_ts_ = look_ts;
+    return l;
+  }
+
+  // A look at a ring with events waiting. An idle writer's first look at its cursor and its
+  // latest suffice; past kMaxLooks (a ring that waits on another), the latest replaces the last.
+  static void note_look(std::vector<Anchor>& looks, Anchor a) {
+    const size_t n = looks.size();
+    if ((n >= 2 && looks[n - 1].w == a.w && looks[n - 2].w == a.w) || n >= kMaxLooks)
+      looks[n - 1] = a;
+    else
+      looks.push_back(a);
   }
 
   RingHeader* ring(uint32_t i) const {
@@ -224,13 +277,13 @@ class RingReader {
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
     if (!rs.clock.anchored) {  // the ring's first events: the consumer began no later than them
       rs.clock.anchor_w = rd;
-      rs.clock.anchor_t = prev_drain_ts_;
+      rs.clock.anchor_t = prev_look_ts_;
       rs.clock.anchored = true;
     }
     if (w == rd) {
       // Nothing new: whatever the writer writes next comes after this look, so after the
       // drain began (a quiet thread's next window starts here, not at its last record).
-      if (rs.clock.anchor_w == w && !rs.clock.snap_t) rs.clock.anchor_t = std::max(rs.clock.anchor_t, drain_ts_);
+      if (rs.clock.anchor_w == w && rs.clock.looks.empty()) rs.clock.anchor_t = std::max(rs.clock.anchor_t, drain_ts_);
       return 0;
     }
     const uint64_t now = read_clock(ctl_->clock);  // after the cursor: an upper bound for it
@@ -340,12 +393,15 @@ class RingReader {
     __atomic_store_n(&r->read, rd, __ATOMIC_RELEASE);
     if (rd != from) wake_writer(r);
     // What comes after w was written after `now`: the next drain's first anchor.
+    std::vector<Anchor>& looks = rs.clock.looks;
     if (rd == w) {
       times_.advance(rs.clock, {w, now});
-      rs.clock.snap_t = 0;
-    } else {
-      rs.clock.snap_w = w;
-      rs.clock.snap_t = now;
+      looks.clear();
+    } else {  // the looks not passed yet, and this one
+      looks.erase(looks.begin(), std::find_if(looks.begin(), looks.end(), [&](const Anchor& a) {
+                    return a.w - from >= rd - from;
+                  }));
+      note_look(looks, {w, now});
     }
     return n;
   }
@@ -356,7 +412,8 @@ class RingReader {
   StackTable stacks_;
   Aggregates aggregates_;
   Mappings mappings_;
-  uint64_t prev_drain_ts_, drain_ts_ = 0, applied_ = 0, unordered_ = 0;
+  // prev_look_ts_: the clock at the last look at every ring (a drain's or look()'s).
+  uint64_t prev_look_ts_, drain_ts_ = 0, applied_ = 0, unordered_ = 0;
   EventTimes times_;  // apply_ring()'s, for the ring it is applying
   double ns_per_tick_ = 1.0;
 };

@@ -93,6 +93,8 @@ class Recorder:
 
     def tick(self, final: bool = False) -> None:
         consumer = self.session.consumer
+        if not final:  # what was published until now (the drain thread applies it only now
+            consumer.drain()  # and then: consumer.h)
         if not self.writer:  # (the live view names Python and JIT frames by them)
             python_code.read_new(self.session)
             read_perf_map(self.session)
@@ -163,6 +165,7 @@ class Recorder:
         """The aggregates now, kept as snapshot `number` (the next one unless given) and written
         at once as a SNAP block after a checkpoint (its stacks in the file before it)."""
         consumer = self.session.consumer
+        consumer.drain()  # what was published until now, as tick()
         self.checkpoint()
         n = self.stacks_written if self.writer else len(consumer.stacks(0)[0]) - 1
         sites = {k: v[:n].astype(np.uint64) for k, v in consumer.sites().items()}

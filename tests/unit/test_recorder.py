@@ -23,7 +23,7 @@ def test_live_series_stays_bounded(monkeypatch):
         out[rng.integers(1, 2000, 40)] += np.uint64(7)
         return {"outstanding_bytes": out.copy()}
     consumer = types.SimpleNamespace(
-        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
+        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites, drain=lambda: 0)
     rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None,
                                                  perf_map=None, target_alive=lambda: False))
     for _ in range(3000):
@@ -49,7 +49,7 @@ def test_recent_values_of_a_stack_are_its_samples():
             out[s] = v[tick["n"]]
         return {"outstanding_bytes": out}
     consumer = types.SimpleNamespace(
-        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites)
+        totals=lambda: {k: 0 for k in capture.SERIES_COLUMNS[1:]}, sites=sites, drain=lambda: 0)
     rec = capture.Recorder(types.SimpleNamespace(consumer=consumer, pid=os.getpid(), python=None,
                                                  perf_map=None, target_alive=lambda: False))
     for n in range(10):
