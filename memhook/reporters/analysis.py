@@ -136,6 +136,12 @@ def suspects(cap: Capture, min_age_s: float = 60.0, churn: list | None = None) -
     t_seen = times[seen]
     late_from = float(t_seen[-1]) * 2 / 3 if len(t_seen) else 0.0
     leaks = categories.per_stack(cap.meta)  # the leak check at detach, if one was taken
+    # What the frames in no module are: a JIT runtime's code where the process had one (a JVM,
+    # Node.js, a perf map); elsewhere a walk's step through code loaded after its rows were
+    # read (a heap address, 0x1), which is no JIT.
+    in_no_module = "JIT-compiled code" if any(
+        isinstance(c.meta.get("jit"), dict) for c in (cap.processes or [cap])) \
+        else "code in no module"
     rows = []
     sites = cap.sites
     for stack, members in jit_groups(cap).items():
@@ -216,7 +222,7 @@ def suspects(cap: Capture, min_age_s: float = 60.0, churn: list | None = None) -
             reasons[0] = "growing, but held: " + reasons[0] + "; every block still reachable " \
                 "(a cache or a structure that keeps them, not a leak)"
         if len(members) > 1:
-            reasons.append(f"with {len(members) - 1} more stacks alike up to JIT-compiled code")
+            reasons.append(f"with {len(members) - 1} more stacks alike up to {in_no_module}")
         reasons.append(f"{never_freed:.0%} of its allocations never freed")
         if counted:
             reasons.append(f"{old:.0%} of its live blocks older than {min_age_s:g} s")

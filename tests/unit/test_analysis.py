@@ -56,13 +56,20 @@ def test_stacks_alike_up_to_jit_code_are_one_suspect(program):
     stacks = [synthetic.Stack(site + [jit + 64 * k, jit + 4096 + k], third, part(k)[-1],
                               history=part(k)) for k in range(3)]
     stacks.append(synthetic.Stack(other + [jit], samples, slow[-1], history=slow))
-    rows = analysis.suspects(synthetic.make(program, stacks, interval=1.0), min_age_s=60)
+    cap = synthetic.make(program, stacks, interval=1.0)
+    cap.meta["jit"] = {"runtime": "jvm", "perf_map": "", "entries": 0}  # (Session.jit_state)
+    rows = analysis.suspects(cap, min_age_s=60)
     first = rows[0]
     assert first["stacks"] == 3 and first["outstanding_bytes"] == 3 * 300 * third
     assert first["score"] > 0 and not first["plateaued"]
     assert first["late_growth_bytes_per_min"] == pytest.approx(300 * 60, rel=0.05)
     assert "with 2 more stacks alike up to JIT-compiled code" in first["reasons"]
     assert [r["stacks"] for r in rows] == [3, 1] and rows[1]["stack"] == 4
+    # A process without a JIT runtime: frames in no module are a walk's step through code
+    # loaded after its rows were read, not JIT code; the stacks are one suspect all the same.
+    del cap.meta["jit"]
+    first = analysis.suspects(cap, min_age_s=60)[0]
+    assert "with 2 more stacks alike up to code in no module" in first["reasons"], first
 
 
 def test_python_callers_of_one_native_stack_are_not_jit_code(program):
