@@ -181,8 +181,10 @@ py::dict check_leaks(Consumer& c, int pid,
     }
     r = reachability::check_leaks(pid, exclude, heaps_known, uint64_t(max_pause_ms * 1e6),
                                   fork_stub, c.control_for_calls(), [&] {
-      c.drain(false);  // what the stopped threads published, then what that let through
-      c.drain(false);
+      // What the stopped threads published (all of it: none is writing), then what that let
+      // through.
+      c.drain(false, true);
+      c.drain(false, true);
       held = c.lock();  // no drain (its thread's) until the blocks are taken: the moment's
     }, [&] {
       std::vector<reachability::Block> blocks;
@@ -773,8 +775,9 @@ PYBIND11_MODULE(_native, m) {
   m.attr("CLOCK_MONOTONIC") = (int)kClockMonotonic;
   py::class_<Consumer>(m, "Consumer")
       .def(py::init<int>(), py::arg("segment_fd"))
-      .def("drain", &Consumer::drain, py::arg("final") = false,
-           py::call_guard<py::gil_scoped_release>())
+      // (Python's drains apply all that was published: a snapshot's, a tick's, the final one.)
+      .def("drain", [](Consumer& c, bool final) { return c.drain(final, true); },
+           py::arg("final") = false, py::call_guard<py::gil_scoped_release>())
       .def("start", &Consumer::start, py::arg("busy_us") = 1000, py::arg("idle_us") = 10000)
       .def("stop", &Consumer::stop, py::call_guard<py::gil_scoped_release>())
       .def("totals", &totals)

@@ -117,10 +117,10 @@ class Consumer {
   }
 
   // Drain every ring and apply what is ordered. Returns events applied.
-  size_t drain(bool final) {
+  size_t drain(bool final, bool whole = false) {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t t0 = monotonic_ns();
-    size_t n = reader_->drain(final, read_clock(ctl_->clock), ticks_to_ns());
+    size_t n = reader_->drain(final, read_clock(ctl_->clock), ticks_to_ns(), whole);
     busy_ns_ += monotonic_ns() - t0;
     return n;
   }

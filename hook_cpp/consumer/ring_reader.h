@@ -38,8 +38,10 @@ class RingReader {
         aggregates_(double(ctl_->sample_rate)), prev_look_ts_(start_ts) {}
 
   // Apply every ring's published events that are ordered (the final drain: all of them).
-  // drain_ts: the clock now, which later drains' events are never earlier than. Returns events.
-  size_t drain(bool final, uint64_t drain_ts, double ns_per_tick) {
+  // drain_ts: the clock now, which later drains' events are never earlier than. `whole`: up to
+  // each write cursor, the cache line a writer is filling included (what was published until
+  // now, for a snapshot). Returns events.
+  size_t drain(bool final, uint64_t drain_ts, double ns_per_tick, bool whole = false) {
     ns_per_tick_ = ns_per_tick;
     drain_ts_ = drain_ts;
     size_t total = 0, passes = 0;
@@ -47,7 +49,7 @@ class RingReader {
     for (;;) {
       size_t n = 0;
       bool blocked = false;
-      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, &blocked);
+      for (uint32_t i = 0; i < ctl_->nrings; i++) n += apply_ring(i, final, whole, &blocked);
       total += n;
       if (!blocked) break;  // every ring applied as far as published (or as far as ordered)
       // What was applied may unblock a ring: go round again. A running drain at most 64
@@ -98,6 +100,7 @@ class RingReader {
       const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
       const uint64_t rd = r->read;
       const uint64_t now = w == rd ? look_ts : read_clock(ctl_->clock);  // after the cursor
+      rings_[i].seen_write = w;  // (apply_ring: a writer that has not moved since)
       if (!c.anchored) {  // as apply_ring anchors a ring's first events
         c.anchor_w = rd;
         c.anchor_t = prev_look_ts_;
@@ -267,7 +270,7 @@ class RingReader {
 
   // Apply ring `index` in order until it is empty or waits (the final drain takes everything
   // published). Returns events applied.
-  size_t apply_ring(uint32_t index, bool final, bool* any_blocked) {
+  size_t apply_ring(uint32_t index, bool final, bool whole, bool* any_blocked) {
     RingHeader* r = ring(index);
     RingState& rs = rings_[index];
     const uint64_t cap = ctl_->ring_bytes;
@@ -291,7 +294,7 @@ class RingReader {
     times_.begin(rs.clock, rs.found, data, cap, rd, w, now);
     // While the writer is moving, leave the cache line it is filling alone: reading it would
     // take the line away from the writer's core in the middle of its records.
-    const uint64_t limit = (w == rs.seen_write || final) ? w : w & ~uint64_t(63);
+    const uint64_t limit = (w == rs.seen_write || final || whole) ? w : w & ~uint64_t(63);
     rs.seen_write = w;
     size_t n = 0;
     rs.blocked = false;
