@@ -111,7 +111,7 @@ class Consumer {
   RingReader::Look look() {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t t0 = monotonic_ns();
-    const RingReader::Look l = reader_->look(read_clock(ctl_->clock));
+    const RingReader::Look l = reader_->look(read_clock(ctl_->clock), ticks_to_ns());
     busy_ns_ += monotonic_ns() - t0;
     return l;
   }

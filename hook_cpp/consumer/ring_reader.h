@@ -43,6 +43,7 @@ class RingReader {
   // now, for a snapshot). Returns events.
   size_t drain(bool final, uint64_t drain_ts, double ns_per_tick, bool whole = false) {
     ns_per_tick_ = ns_per_tick;
+    max_gap_ = uint64_t(kMaxGapNs / ns_per_tick);
     drain_ts_ = drain_ts;
     size_t total = 0, passes = 0;
     const uint64_t started = monotonic_ns();
@@ -91,12 +92,14 @@ class RingReader {
   static constexpr uint64_t kDrainFromParts = 4;  // a ring's bytes / this
   static constexpr size_t kMaxLooks = 128;        // looks kept per ring before it is applied
 
-  Look look(uint64_t look_ts) {
+  Look look(uint64_t look_ts, double ns_per_tick) {
+    max_gap_ = uint64_t(kMaxGapNs / ns_per_tick);
     Look l;
     const uint64_t cap = ctl_->ring_bytes;
     for (uint32_t i = 0; i < ctl_->nrings; i++) {
       const RingHeader* r = ring(i);
       RingClock& c = rings_[i].clock;
+      const uint64_t before = read_clock(ctl_->clock);
       const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
       const uint64_t rd = r->read;
       const uint64_t now = w == rd ? look_ts : read_clock(ctl_->clock);  // after the cursor
@@ -111,7 +114,7 @@ class RingReader {
         continue;
       }
       l.pending = true;
-      note_look(c.looks, {w, now});
+      if (now - before <= max_gap_) note_look(c.looks, {w, now});
       if (w - rd >= cap / kDrainFromParts || c.looks.size() >= kMaxLooks ||
           __atomic_load_n(&r->waiting, __ATOMIC_RELAXED))
         l.due = true;
@@ -119,6 +122,15 @@ class RingReader {
     prev_look_ts_ = look_ts;
     return l;
   }
+
+  // A look's anchor (w, t) bounds the events before w from above and those after it from
+  // below, which holds as far as the clock read after the cursor follows its load closely.
+  // A consumer preempted between the two (the VM's, a busy host's) would time the events after
+  // w too late with no uncertainty for it: such a look is not noted (its window merges with
+  // the next, whose idle time grows by as much), and a drain ends with the clock read before
+  // the cursor (apply_ring). test_lifetimes.py's busy thread had a lifetime in too low a bucket.
+  static constexpr double kMaxGapNs = 20000;
+  uint64_t max_gap_ = UINT64_MAX;  // kMaxGapNs in clock ticks (drain())
 
   // A look at a ring with events waiting. An idle writer's first look at its cursor and its
   // latest suffice; past kMaxLooks (a ring that waits on another), the latest replaces the last.
@@ -275,6 +287,7 @@ class RingReader {
     RingState& rs = rings_[index];
     const uint64_t cap = ctl_->ring_bytes;
     const uint8_t* data = (const uint8_t*)(r + 1);
+    const uint64_t before = read_clock(ctl_->clock);
     const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
     uint64_t rd = r->read;
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
@@ -397,14 +410,15 @@ class RingReader {
     if (rd != from) wake_writer(r);
     // What comes after w was written after `now`: the next drain's first anchor.
     std::vector<Anchor>& looks = rs.clock.looks;
+    const bool close = now - before <= max_gap_;  // (max_gap_)
     if (rd == w) {
-      times_.advance(rs.clock, {w, now});
+      times_.advance(rs.clock, {w, close ? now : before});
       looks.clear();
     } else {  // the looks not passed yet, and this one
       looks.erase(looks.begin(), std::find_if(looks.begin(), looks.end(), [&](const Anchor& a) {
                     return a.w - from >= rd - from;
                   }));
-      note_look(looks, {w, now});
+      if (close) note_look(looks, {w, now});
     }
     return n;
   }
