@@ -82,7 +82,7 @@ class RingReader {
     bool pending = false;  // some ring holds events not applied
     bool due = false;      // apply them now: a ring filling, a writer waiting for room
   };
-  // Events are applied when a ring holds kDrainFrom of a ring's bytes, when a writer waits for
+  // Events are applied when a ring holds a quarter of its bytes, when a writer waits for
   // room, or at the latest kDrainEveryNs after they arrived (consumer.h), not at every look: a
   // short program's events wait in the rings while it runs (the rings hold them; its 400
   // threads' 800,000 events are 18 MB in 256 MiB of rings), and the consumer's work, 45 ms of a
@@ -130,7 +130,7 @@ class RingReader {
   // the next, whose idle time grows by as much), and a drain ends with the clock read before
   // the cursor (apply_ring). test_lifetimes.py's busy thread had a lifetime in too low a bucket.
   static constexpr double kMaxGapNs = 20000;
-  uint64_t max_gap_ = UINT64_MAX;  // kMaxGapNs in clock ticks (drain())
+  uint64_t max_gap_ = UINT64_MAX;  // kMaxGapNs in clock ticks (set by drain() and look())
 
   // A look at a ring with events waiting. An idle writer's first look at its cursor and its
   // latest suffice; past kMaxLooks (a ring that waits on another), the latest replaces the last.
