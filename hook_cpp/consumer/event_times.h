@@ -40,6 +40,20 @@ struct RingClock {
   float paces[kPaces] = {};
   uint32_t npaces = 0;
 
+  // A ring's first look (a drain's or a look's): its first events came no earlier than the
+  // previous look at every ring, which found it empty.
+  void first_look(uint64_t rd, uint64_t prev_look_t) {
+    if (anchored) return;
+    anchor_w = rd;
+    anchor_t = prev_look_t;
+    anchored = true;
+  }
+  // A look that found nothing waiting at w, at time t: the writer's next events come after it
+  // (a quiet thread's next window starts here, not at its last record).
+  void quiet(uint64_t w, uint64_t t) {
+    if (anchor_w == w && looks.empty()) anchor_t = std::max(anchor_t, t);
+  }
+
   void new_writer() {  // another thread's records from here on: another pace
     peak_rate = 0;
     npaces = 0;

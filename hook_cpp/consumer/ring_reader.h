@@ -43,7 +43,6 @@ class RingReader {
   // now, for a snapshot). Returns events.
   size_t drain(bool final, uint64_t drain_ts, double ns_per_tick, bool whole = false) {
     ns_per_tick_ = ns_per_tick;
-    max_gap_ = uint64_t(kMaxGapNs / ns_per_tick);
     drain_ts_ = drain_ts;
     size_t total = 0, passes = 0;
     const uint64_t started = monotonic_ns();
@@ -93,7 +92,6 @@ class RingReader {
   static constexpr size_t kMaxLooks = 128;        // looks kept per ring before it is applied
 
   Look look(uint64_t look_ts, double ns_per_tick) {
-    max_gap_ = uint64_t(kMaxGapNs / ns_per_tick);
     Look l;
     const uint64_t cap = ctl_->ring_bytes;
     for (uint32_t i = 0; i < ctl_->nrings; i++) {
@@ -104,17 +102,13 @@ class RingReader {
       const uint64_t rd = r->read;
       const uint64_t now = w == rd ? look_ts : read_clock(ctl_->clock);  // after the cursor
       rings_[i].seen_write = w;  // (apply_ring: a writer that has not moved since)
-      if (!c.anchored) {  // as apply_ring anchors a ring's first events
-        c.anchor_w = rd;
-        c.anchor_t = prev_look_ts_;
-        c.anchored = true;
-      }
-      if (w == rd) {  // quiet: its next events come after this look (apply_ring's case)
-        if (c.anchor_w == w && c.looks.empty()) c.anchor_t = std::max(c.anchor_t, now);
+      c.first_look(rd, prev_look_ts_);
+      if (w == rd) {
+        c.quiet(w, now);
         continue;
       }
       l.pending = true;
-      if (now - before <= max_gap_) note_look(c.looks, {w, now});
+      if (close(before, now, ns_per_tick)) note_look(c.looks, {w, now});
       if (w - rd >= cap / kDrainFromParts || c.looks.size() >= kMaxLooks ||
           __atomic_load_n(&r->waiting, __ATOMIC_RELAXED))
         l.due = true;
@@ -126,11 +120,14 @@ class RingReader {
   // A look's anchor (w, t) bounds the events before w from above and those after it from
   // below, which holds as far as the clock read after the cursor follows its load closely.
   // A consumer preempted between the two (the VM's, a busy host's) would time the events after
-  // w too late with no uncertainty for it: such a look is not noted (its window merges with
-  // the next, whose idle time grows by as much), and a drain ends with the clock read before
-  // the cursor (apply_ring). test_lifetimes.py's busy thread had a lifetime in too low a bucket.
+  // w too late with no uncertainty for it. A look whose two clock reads are more than
+  // kMaxGapNs apart is not noted (its window merges with the next, whose idle time grows by as
+  // much), and such a drain ends with the clock read before the cursor (apply_ring).
+  // test_lifetimes.py's busy thread had a lifetime in too low a bucket.
   static constexpr double kMaxGapNs = 20000;
-  uint64_t max_gap_ = UINT64_MAX;  // kMaxGapNs in clock ticks (set by drain() and look())
+  static bool close(uint64_t before, uint64_t after, double ns_per_tick) {
+    return double(after - before) * ns_per_tick <= kMaxGapNs;
+  }
 
   // A look at a ring with events waiting. An idle writer's first look at its cursor and its
   // latest suffice; past kMaxLooks (a ring that waits on another), the latest replaces the last.
@@ -291,15 +288,9 @@ class RingReader {
     const uint64_t w = __atomic_load_n(&r->write, __ATOMIC_ACQUIRE);
     uint64_t rd = r->read;
     if (w - rd > cap) rd = w - cap;  // corrupt cursor: never read outside the ring
-    if (!rs.clock.anchored) {  // the ring's first events: the consumer began no later than them
-      rs.clock.anchor_w = rd;
-      rs.clock.anchor_t = prev_look_ts_;
-      rs.clock.anchored = true;
-    }
-    if (w == rd) {
-      // Nothing new: whatever the writer writes next comes after this look, so after the
-      // drain began (a quiet thread's next window starts here, not at its last record).
-      if (rs.clock.anchor_w == w && rs.clock.looks.empty()) rs.clock.anchor_t = std::max(rs.clock.anchor_t, drain_ts_);
+    rs.clock.first_look(rd, prev_look_ts_);
+    if (w == rd) {  // nothing new: what the writer writes next comes after the drain began
+      rs.clock.quiet(w, drain_ts_);
       return 0;
     }
     const uint64_t now = read_clock(ctl_->clock);  // after the cursor: an upper bound for it
@@ -410,15 +401,15 @@ class RingReader {
     if (rd != from) wake_writer(r);
     // What comes after w was written after `now`: the next drain's first anchor.
     std::vector<Anchor>& looks = rs.clock.looks;
-    const bool close = now - before <= max_gap_;  // (max_gap_)
+    const bool timely = close(before, now, ns_per_tick_);  // (close())
     if (rd == w) {
-      times_.advance(rs.clock, {w, close ? now : before});
+      times_.advance(rs.clock, {w, timely ? now : before});
       looks.clear();
     } else {  // the looks not passed yet, and this one
       looks.erase(looks.begin(), std::find_if(looks.begin(), looks.end(), [&](const Anchor& a) {
                     return a.w - from >= rd - from;
                   }));
-      if (close) note_look(looks, {w, now});
+      if (timely) note_look(looks, {w, now});
     }
     return n;
   }
