@@ -93,8 +93,10 @@ class Recorder:
 
     def tick(self, final: bool = False) -> None:
         consumer = self.session.consumer
-        if not final:  # what was published until now (the drain thread applies it only now
-            consumer.drain()  # and then: consumer.h)
+        # What was published until now: the drain thread applies it only now and then
+        # (consumer.h); the final tick comes after the final drain.
+        if not final:
+            consumer.drain()
         if not self.writer:  # (the live view names Python and JIT frames by them)
             python_code.read_new(self.session)
             read_perf_map(self.session)

@@ -72,6 +72,7 @@ def jit_groups(cap: Capture) -> dict[int, list[int]]:
     lo = np.array([m[0] for m in mods], np.uint64)
     hi = np.array([m[1] for m in mods], np.uint64)
     by_key: dict = {}
+    markers = np.array(list(CUT_MARKERS), np.uint64)
     for stack in ids:
         f = cap.frames(stack)
         at = np.searchsorted(lo, f, side="right") - 1
@@ -80,7 +81,7 @@ def jit_groups(cap: Capture) -> dict[int, list[int]]:
         # set) nor a cut walk's marker, also in no module (a Python program's 294 stacks of
         # distinct Python callers were one suspect "alike up to JIT-compiled code").
         jit = ~inside & (f < np.uint64(_native.PYTHON_FRAME)) & \
-            ~np.isin(f, np.array(list(CUT_MARKERS), np.uint64))
+            ~np.isin(f, markers)
         # Up to the first frame in JIT code: what lies above it (the JIT's other frames, the
         # runtime's calls into Java, the thread's start) tells no leak apart, and a walk
         # through compiled code without frame pointers may end there or go on.
