@@ -83,7 +83,7 @@ def interleaved(t: Target, a, sizes):
             bare[s].append(got["bare"])
             hooked[s].append(got["ns"])
         mh.stop()
-        dropped += mh.dropped
+        dropped.update(mh.dropped)
     return bare, hooked, dropped
 
 

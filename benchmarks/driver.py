@@ -1,5 +1,6 @@
 """What the benchmark scripts share: a command-driven target process and memhook sessions."""
 import argparse
+import json
 import re
 import signal
 import subprocess
@@ -49,7 +50,7 @@ def alternate(pid: int, cycles: int, memhook_args, keys, measure):
         for k in keys:
             hooked[k].append(measure(k))
         outputs.append(mh.stop())
-        dropped += mh.dropped
+        dropped.update(mh.dropped)  # (+= would drop zeros' keys)
     return bare, hooked, dropped, outputs
 
 
@@ -61,10 +62,22 @@ def spread(values, unit: str = "", digits: int = 2) -> str:
             f"({f.format(min(values))}-{f.format(max(values))})")
 
 
+def report_of(out: str) -> dict:
+    """The JSON report in a session's output (after memhook's own lines), or {}."""
+    try:
+        return json.loads(out[out.index("{"):out.rindex("}") + 1])
+    except ValueError:
+        return {}
+
+
 def print_dropped(dropped: Counter, events: int) -> None:
     n = dropped["events"]
     print(f"dropped events (all cycles): {n} of {events} ({100 * n / events:.1f} %), "
           f"{dropped['frees']} of them frees")
+    if dropped["waited_events"]:
+        print(f"waited for room in a full ring: {dropped['waited_events']} events, "
+              f"{dropped['wait_ns'] / 1e6:.1f} ms in all, {dropped['wait_timeouts']} of them until "
+              f"--max-wait ran out (the consumer's pace, in the hooked figures)")
 
 
 class Target:
@@ -113,6 +126,7 @@ class Session:
     """`memhook -p PID` from attach (the `attached` line) to SIGINT."""
 
     def __init__(self, pid: int, *args: str, python: str = sys.executable):
+        self.pid = pid
         self.p = subprocess.Popen([python, "-m", "memhook", "-p", str(pid), "--no-live",
                                    "--format", "json", *args], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, cwd="/")
@@ -126,7 +140,14 @@ class Session:
         out, _ = self.p.communicate(timeout=120)
         m = re.search(r"detached.*paused ([\d.]+) ms", out)
         self.detach_ms = float(m.group(1)) if m else float("nan")
-        # Events memhook dropped, and how many of them were frees.
-        self.dropped = Counter({key: int(m.group(1)) if m else -1 for key, m in (
-            (k, re.search(rf'"dropped_{k}": (\d+)', out)) for k in ("events", "frees"))})
+        # Events memhook dropped, and how many of them were frees; and the events whose writer
+        # waited for room in a full ring (by default a bounded wait comes before a drop): a
+        # hooked figure then includes the consumer's pace.
+        totals = report_of(out).get("totals")
+        if totals is None:
+            sys.exit(f"memhook -p {self.pid} gave no report: {out[-300:]}")
+        self.dropped = Counter({k: totals.get(key, 0) for k, key in (
+            ("events", "dropped_events"), ("frees", "dropped_frees"),
+            ("waited_events", "waited_events"), ("wait_ns", "wait_ns"),
+            ("wait_timeouts", "wait_timeouts"))})
         return out

@@ -9,8 +9,6 @@ unprofiled (medians).
     sudo .venv/bin/python benchmarks/real_program.py [--cycles 5] [-- memhook args]
 """
 import argparse
-import json
-import re
 import shutil
 import statistics
 import subprocess
@@ -18,7 +16,7 @@ import sys
 import time
 from collections import Counter
 
-from driver import alternate
+from driver import alternate, report_of
 
 WORKLOAD = """
 CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, k TEXT, v BLOB, n INT);
@@ -73,8 +71,8 @@ def main():
         db.p.pid, a.cycles, a.memhook_args, ["sqlite3"],
         lambda _: a.runs / sum(db.run() for _ in range(a.runs)))
     # The final report's totals come before its sites.
-    events = sum(int(x) for out in outputs
-                 for x in re.findall(r'"(?:alloc|free)_count": (\d+)', out.split('"sites"')[0]))
+    events = sum(report_of(out)["totals"][k] for out in outputs
+                 for k in ("alloc_count", "free_count"))
     assert db.close() == 0
     b, h = statistics.median(bare["sqlite3"]), statistics.median(hooked["sqlite3"])
     print(f"sqlite3 workload: unprofiled {b:.2f}/s, memhook {h:.2f}/s, ratio {h / b:.2f}")
@@ -87,7 +85,7 @@ def print_stacks(output: str) -> None:
     """How whole the last session's stacks are: frames per site, weighted by allocations, and
     how many sites end at main, at a marker ([no unwind info], [unwind stopped]) or elsewhere
     (the depth limit)."""
-    report = json.loads(output[output.index("{"):output.rindex("}") + 1])
+    report = report_of(output)
     depths, ends = [], Counter()
     for s in report["sites"]:
         names = [f.get("function") or "" for f in s["frames"] if not f.get("inlined")]

@@ -70,7 +70,7 @@ def main():
     ap.add_argument("--heaptrack", action="store_true")
     a = ap.parse_args()
     tmp, port, redis = redis_server()
-    bare, traced, ratios, dropped, events = [], [], [], 0, 0
+    bare, traced, ratios, dropped, waited, events = [], [], [], 0, 0, 0
     try:
         throughput(port, a)  # warm: the keyspace filled, the allocator's arenas grown
         for i in range(a.cycles):
@@ -81,10 +81,11 @@ def main():
             bare.append(b)
             traced.append(t)
             ratios.append(t / b)
-            dropped += max(mh.dropped["events"], 0)
+            dropped += mh.dropped["events"]
+            waited += mh.dropped["waited_events"]
             print(f"cycle {i + 1}: {b:,.0f} req/s alone, {t:,.0f} traced: {t / b:.2f}; "
                   f"attach {mh.attach_ms:.1f} ms, detach {mh.detach_ms:.1f} ms; dropped "
-                  f"{mh.dropped['events']}", flush=True)
+                  f"{mh.dropped['events']}, waited {mh.dropped['waited_events']}", flush=True)
     finally:
         redis.terminate()
         redis.wait(10)
@@ -93,7 +94,7 @@ def main():
     print(f"  alone  {spread(bare, ' req/s', 0)}")
     print(f"  traced {spread(traced, ' req/s', 0)}")
     print(f"  ratio  {spread(ratios)} (median of {a.cycles} interleaved cycles); "
-          f"dropped events: {dropped}")
+          f"dropped events: {dropped}, events that waited for room: {waited}")
     if a.heaptrack and shutil.which("heaptrack"):
         port = free_port()
         redis = start_redis(tmp, port)
