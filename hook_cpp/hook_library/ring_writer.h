@@ -180,6 +180,7 @@ __attribute__((noinline)) RingHeader* claim_ring(ThreadState& t) {
     t.fast_until = t.free_until = t.alloc_until = 0;  // the first reserve takes the slow path
     t.woke_at = t.write;
     t.wait_again_at = 0;
+    t.credit_at = 0;  // a full credit at the first wait
     t.ring_no = no;
     t.next_time = t.write;  // the first event carries a clock reading
     t.until_check = kCheckEvery;

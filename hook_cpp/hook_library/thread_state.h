@@ -35,6 +35,8 @@ struct ThreadState {
   uint32_t unclaimed_generation;  // the session in which this thread found every ring taken
   uint32_t unclaimed_events;      // its events since (claim_ring tries again every 64th)
   uint64_t wait_again_at;  // a bounded wait ran out: drop, not wait, until `read` passes this
+  int64_t wait_credit_ns;   // how long it may still wait for room (full_ring.h), as of credit_at
+  uint64_t credit_at;       // 0: not yet counted since the ring was claimed
 };
 }  // namespace memhook
 

@@ -34,13 +34,14 @@ def abandoned_lines(report: dict) -> list[str]:
 
 
 def dropped_frees_lines(t: dict) -> list[str]:
-    """What became of the frees the hooks dropped (ring full): none is a leak unsaid; and under
-    --lossless, how long threads waited for room instead."""
+    """What became of the frees the hooks dropped (ring full): none is a leak unsaid; and how
+    long threads waited for room instead."""
     lines = []
     if t.get("waited_events"):
         lines.append(f"  waited for room in a full ring: {t['waited_events']} events, "
                      f"{t['wait_ns'] / 1e6:.1f} ms in all, the longest {t['wait_max_us'] / 1e3:.1f} ms"
-                     + (f"; {t['wait_timeouts']} waited the whole --max-wait and were dropped"
+                     + (f"; {t['wait_timeouts']} waited as long as allowed (--max-wait, or their "
+                        f"thread's share) and were dropped"
                         if t.get("wait_timeouts") else ""))
     if t["dropped_events"]:
         lines.append("  (--lossless makes every event wait for room, up to --max-wait, rather "

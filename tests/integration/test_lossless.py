@@ -219,3 +219,29 @@ def test_burst_of_a_million_kept_blocks_drops_nothing_at_default_settings(tmp_pa
 def test_64_threads_drop_nothing_at_default_settings(tmp_path, targets):
     """64 threads at full speed on two cores, one ring each: exact, nothing dropped."""
     burst(tmp_path, targets, 64, 50_000)
+
+
+# Threads that allocate faster than memhook applies, for seconds on end: two threads, 100 M
+# allocations each (1 s untraced; 7 s with their waits bounded, 12 s waiting at every lap; one
+# thread alone nearly keeps memhook's pace).
+LONG_THREADS, LONG_N = 2, 100_000_000
+
+
+def test_threads_that_outrun_memhook_for_good_wait_their_share_then_drop(tmp_path, targets):
+    """Not a burst: threads allocating at full speed for seconds. At default settings each
+    thread's waits for room add up to at most a credit of 1 s and an eighth of the time it ran
+    (full_ring.h); what memhook cannot keep up with beyond that is dropped and counted."""
+    target = targets(build(tmp_path, "burst.c", base_flags=["-O2", "-g"]))
+    mh = Memhook(target.pid, tmp_path, "--interval", "1")
+    t0 = time.monotonic()
+    target.proc.stdin.write(f"burst {LONG_THREADS} {LONG_N}\n")
+    target.proc.stdin.flush()
+    target.expect("done", timeout=300)
+    ran_ns = (time.monotonic() - t0) * 1e9
+    report = mh.stop()
+    assert target.finish() == 0
+    t = report["totals"]
+    assert t["waited_events"] > 0 and t["dropped_events"] > 0, t  # else it never outran memhook
+    # (slack: each wait ends up to a scheduler's wake-up past its deadline)
+    assert t["wait_ns"] <= LONG_THREADS * (1e9 + ran_ns / 8 + 0.05 * ran_ns + 0.3e9), (t, ran_ns)
+    assert site(report, "burst_alloc")["alloc_count"] <= LONG_THREADS * LONG_N
