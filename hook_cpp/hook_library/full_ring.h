@@ -16,7 +16,7 @@
 // dropped 65 % of their events). By default a thread waits at most one part in kWaitShare of
 // its time beyond a credit of kWaitCreditNs (or the longer wait, if longer) that it starts with
 // and earns back at that rate: a burst's waits fit in it (a million kept blocks wait some
-// 0.1-0.4 s); past it the thread drops until half its ring is emptied, as after a wait that ran
+// 0.1-0.5 s); past it the thread drops until half its ring is emptied, as after a wait that ran
 // out.
 // Waits are counted per ring, with their time and the ones that ran out.
 #pragma once
