@@ -143,7 +143,8 @@ class Session:
         # Events memhook dropped, and how many of them were frees; and the events whose writer
         # waited for room in a full ring (by default a bounded wait comes before a drop): a
         # hooked figure then includes the consumer's pace.
-        totals = report_of(out).get("totals")
+        self.report = report_of(out)
+        totals = self.report.get("totals")
         if totals is None:
             sys.exit(f"memhook -p {self.pid} gave no report: {out[-300:]}")
         self.dropped = Counter({k: totals.get(key, 0) for k, key in (

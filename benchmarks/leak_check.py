@@ -10,7 +10,6 @@ count. The two ways alternate within each cycle.
     sudo .venv/bin/python benchmarks/leak_check.py [--cycles 3] [--sizes 64:64,1024:1024,4096:4096]
 """
 import argparse
-import json
 import statistics
 import subprocess
 import tempfile
@@ -50,8 +49,8 @@ def main():
                 t = Target(exe)
                 mh = Session(t.pid, "--max-pause", "60000", "--check-by", how)
                 blocks = int(t.ask(f"fill {mib} {size}", "blocks"))
-                out = mh.stop()
-                report = json.loads(out[out.index("{"):])
+                mh.stop()
+                report = mh.report
                 check = report["leak_check"]
                 assert not check.get("skipped"), check
                 lost = check["totals"]["definitely_lost_count"]
