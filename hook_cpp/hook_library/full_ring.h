@@ -33,6 +33,12 @@ constexpr uint64_t kWaitCreditNs = 1000000000;
 constexpr int64_t kWaitShare = 8, kLeastWaitNs = 1000000;  // (no wait shorter than a sleep's cost)
 uint64_t g_outlasted_at;  // when a wait last outlasted the bound, on any thread (0: never)
 
+// No wait from now until the consumer has emptied half the ring: the events meanwhile drop.
+inline uint64_t drop_until_half_emptied(ThreadState& t, const RingHeader* r) {
+  t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
+  return UINT64_MAX;
+}
+
 // Sleeps on the low word of the ring's read cursor, which the consumer wakes when it moves it
 // while `waiting` is set (ring_reader.h). Slices of at most 10 ms: the heartbeat is checked
 // between them, so that a consumer killed while the writer waits costs the target at most
@@ -57,10 +63,7 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
     t.credit_at = t0;
     // Its credit spent (a wait's sleep ends up to the timer's slack past its deadline: the
     // credit goes below 0 and that is paid back too): drop, as after a wait that ran out.
-    if (t.wait_credit_ns < kLeastWaitNs) {
-      t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
-      return UINT64_MAX;
-    }
+    if (t.wait_credit_ns < kLeastWaitNs) return drop_until_half_emptied(t, r);
     deadline = min_of(deadline, t0 + uint64_t(t.wait_credit_ns));
   }
   uint64_t rd = UINT64_MAX, now = t0;
@@ -90,7 +93,7 @@ __attribute__((noinline, cold)) uint64_t wait_for_room(ThreadState& t, uint64_t 
                      __ATOMIC_RELAXED);
   if (rd == UINT64_MAX) {
     __atomic_store_n(&r->wait_timeouts, r->wait_timeouts + 1, __ATOMIC_RELAXED);
-    t.wait_again_at = __atomic_load_n(&r->read, __ATOMIC_ACQUIRE) + g_ring_bytes / 2;
+    drop_until_half_emptied(t, r);
   }
   if (rd == UINT64_MAX || waited > g_max_wait_ns)
     __atomic_store_n(&g_outlasted_at, t0 + waited, __ATOMIC_RELAXED);
