@@ -12,6 +12,10 @@ each call frees one of 64 live blocks at random and allocates 16..271 bytes in i
 --depth N makes every malloc N frames deeper (benchmark 2: the backtrace's cost); --frameless
 builds the target without frame pointers, so that every frame is unwound by its CFI rows.
 
+--heaptrack also measures each size under heaptrack (Debian's; `heaptrack TARGET`, traced from
+its start), alternating with an unprofiled target `--cycles` times: the same loop, both tools
+recording every call with its backtrace.
+
 --interleaved measures both in each attached session instead: batches of 1000 alternate between
 the target's hooked GOT slot and copies of malloc/free the target took before memhook attached
 (the same loop, only the function pointer differs), so the two see the same machine within
@@ -20,6 +24,7 @@ run while memhook's consumer drains on the other CPU. Per cycle the median batch
 ratio is the median over cycles of each cycle's ratio.
 """
 import argparse
+import shutil
 import statistics
 import tempfile
 from collections import Counter
@@ -43,10 +48,13 @@ def main():
                     help="alternate unprofiled and hooked batches within each attached session")
     ap.add_argument("--frameless", action="store_true",
                     help="build the target without frame pointers (the walk goes by unwind rows)")
+    ap.add_argument("--heaptrack", action="store_true",
+                    help="also each size under heaptrack, against an unprofiled target")
     ap.add_argument("memhook_args", nargs="*", help="extra memhook options (after --)")
     a = ap.parse_args()
-    t = Target(build("alloc_latency", Path(tempfile.mkdtemp()), "-fno-plt",
-                     *(["-fomit-frame-pointer"] if a.frameless else [])))
+    tmp = Path(tempfile.mkdtemp())
+    exe = build("alloc_latency", tmp, "-fno-plt", *(["-fomit-frame-pointer"] if a.frameless else []))
+    t = Target(exe)
     sizes = a.sizes
     if a.interleaved:
         bare, hooked, dropped = interleaved(t, a, sizes)
@@ -68,6 +76,30 @@ def main():
               (f"   bare {bare[s]} memhook {hooked[s]}" if a.verbose else ""))
     events = 2 * a.cycles * len(sizes) * a.count * a.rounds  # mallocs and frees while attached
     print_dropped(dropped, events)
+    if a.heaptrack:
+        versus_heaptrack(exe, tmp, a, sizes)
+
+
+def versus_heaptrack(exe: str, tmp: Path, a, sizes):
+    """Each size under heaptrack and unprofiled, in separate targets measured in turn (heaptrack
+    traces a process from its start and stays to its end)."""
+    if not shutil.which("heaptrack"):
+        raise SystemExit("alloc_latency: heaptrack is not installed (apt-get install heaptrack)")
+    bare = {s: [] for s in sizes}
+    traced = {s: [] for s in sizes}
+    plain = Target(exe)
+    ht = Target("heaptrack", "-o", str(tmp / "heaptrack"), exe)
+    for _ in range(a.cycles):
+        for s in sizes:
+            cmd = f"run {s} {a.count} {a.rounds} {a.depth}"
+            bare[s].append(plain.ask(cmd, "ns"))
+            traced[s].append(ht.ask(cmd, "ns"))
+    assert plain.close() == 0 and ht.close(300) == 0
+    print(f"\n{'size':>8} {'bare ns':>9} {'heaptrack ns':>13} {'ratio':>7}  (heaptrack TARGET, "
+          f"{a.cycles} cycles alternated with an unprofiled target)")
+    for s in sizes:
+        b, h = statistics.median(bare[s]), statistics.median(traced[s])
+        print(f"{s or 'churn':>8} {b:>9.1f} {h:>13.1f} {h / b:>6.2f}x")
 
 
 def interleaved(t: Target, a, sizes):

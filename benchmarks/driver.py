@@ -86,7 +86,10 @@ class Target:
     def __init__(self, *argv: str):
         self.p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True, bufsize=1)
-        assert self.p.stdout.readline().startswith("ready")
+        for line in self.p.stdout:  # (a launcher such as heaptrack says its own lines first)
+            if line.startswith("ready"):
+                return
+        raise RuntimeError(f"{argv[0]} ended before it was ready")
 
     @property
     def pid(self) -> int:
@@ -111,10 +114,10 @@ class Target:
                 pass
         raise RuntimeError("target ended")
 
-    def close(self) -> int:
+    def close(self, timeout: float = 10) -> int:
         self.p.stdin.write("exit\n")
         self.p.stdin.flush()
-        return self.p.wait(10)
+        return self.p.wait(timeout)
 
 
 # The pauses of tracing's attach and detach (issue 43) are measured without the leak check at
