@@ -417,6 +417,7 @@ class ModuleSymbols:
                         self.dwarf = elf.get_dwarf_info()
                     except ELF_ERRORS:
                         continue
+                    self._dwarf_file = elf.stream  # read on demand: closed with these tables
                 dwarf_path = elf.stream.name
                 break
         self._tables(starts, ends, names, dwarf_path, {}, None, -1)
@@ -432,6 +433,11 @@ class ModuleSymbols:
         self.named: dict = {}         # vaddr -> function(), from a batch
         self.considered = considered  # [[path, signature]] when kept in symbol_cache
         self.stored = stored          # len(located) when last kept there
+
+    def __del__(self):
+        f = getattr(self, "_dwarf_file", None)
+        if f is not None:
+            f.close()
 
     @classmethod
     def from_entry(cls, entry: "symbol_cache.Entry") -> "ModuleSymbols":
@@ -737,6 +743,11 @@ class Symbolizer:
                         syms = ModuleSymbols(binary, debug, self.native_lines)
                     except ELF_ERRORS as e:
                         problem = f"unreadable symbols ({type(e).__name__})"
+                # Files closed now, not by the garbage collector (whose ResourceWarning can
+                # surface anywhere): all but the one whose DWARF pyelftools reads on demand.
+                for elf in {id(e): e for e in (binary, debug) if e is not None}.values():
+                    if syms is None or syms.dwarf is None or elf.stream.name != syms.dwarf_path:
+                        elf.stream.close()
                 if syms is not None and cached:
                     syms.considered = [[p, disk_cache.file_signature(p)] for p in considered]
             self._symbols[key] = (syms, problem)

@@ -342,3 +342,28 @@ def test_symbols_cached_until_a_debug_file_appears(tmp_path, targets):
     entries = [e for e in os.listdir(cache) if e.startswith(build_id(exe))]
     assert entries and os.stat(cache).st_mode & 0o777 == 0o700
     assert all(os.stat(os.path.join(cache, e)).st_mode & 0o777 == 0o600 for e in entries)
+
+
+@pytest.mark.parametrize("symbolizer", ["pyelftools", "auto"])
+def test_symbolizing_leaves_no_file_to_the_collector(tmp_path, monkeypatch, captured_once,
+                                                      symbolizer):
+    """The ELF files read to build a module's tables are closed by the symbolizer (pyelftools'
+    DWARF file when its tables go), not by the garbage collector, whose ResourceWarning can
+    surface inside any later import (test_reporters.py's test_html failed so in CI once)."""
+    import gc
+    import warnings
+    from memhook import capture as capture_mod
+    from memhook.symbolize import Symbolizer
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no tables on disk: every file read
+    cap, _ = captured_once
+    c = capture_mod.read(str(cap))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        sym = Symbolizer(c.modules, tool=symbolizer)
+        sym.prepare(c.stack_frames)
+        named = {f.function for a in c.stack_frames.tolist() for f in sym.frames(a)}
+        del sym
+        gc.collect()
+    assert "late_leak" in named, named  # (the target's files were read)
+    unclosed = [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)]
+    assert not unclosed, unclosed
