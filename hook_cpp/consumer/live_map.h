@@ -50,7 +50,7 @@ class LiveMap {
   Block* insert(uint64_t key, bool* inserted) {
     move_some(kMovesPerInsert);
     touch_some();
-    if ((count_ + 1) * 2 > cur_.mask + 1) grow();
+    if (past_load(count_ + 1, cur_.mask + 1)) grow();
     size_t i = home(cur_, key);
     for (;; i = (i + 1) & cur_.mask) {
       if (cur_.blocks[i].key == key) {
@@ -114,6 +114,14 @@ class LiveMap {
     size_t len = 0;
   };
   static constexpr size_t kHuge = 2 << 20;
+  // A table is kept at most 7/10 full. At half full, as before, a server's 280 k live blocks took a
+  // table of 1 M entries (56 MiB, and 28 more while the last one's entries moved): memhook's peak
+  // RSS 153-156 MiB under redis-benchmark, 127 MiB at 7/10, with the consumer no slower per event
+  // (benchmarks/redis_consumer.py, alternated: 60.0 and 66.6 ns against 66.6 and 73.9; a Python
+  // import's 3 M events, python_import.py: 0.65-0.68 s of consumer CPU against 0.63-0.93, 508 MiB
+  // against 539).
+  static constexpr size_t kLoadNum = 7, kLoadDen = 10;
+  static bool past_load(size_t count, size_t cap) { return count * kLoadDen > cap * kLoadNum; }
   static Table make_table(size_t n) {
     Table t;
     t.len = n * sizeof(Block) + kHuge;
@@ -168,8 +176,8 @@ class LiveMap {
   // The old table's slots are moved in order; a moved entry is erased from it as any other, so
   // the old table stays a valid table for lookups, and its slots below moved_ stay empty (a
   // backward shift only moves an entry back to the hole, which is at or above moved_).
-  // The next growth comes after at least mask/2 inserts; moving 4 slots each empties the old
-  // table after mask/4.
+  // The next growth comes after at least 7/10 of the old table's size in inserts; moving 4
+  // slots each empties the old table after a quarter of it.
   static constexpr int kMovesPerInsert = 4;
   static constexpr size_t kMoveAhead = 8;
 
@@ -183,17 +191,16 @@ class LiveMap {
     moved_ = 0;
   }
 
-  // The next table's pages are written before it is needed, a few with each insert from 7/16
-  // full on, so that its page faults (the kernel zeroing 2 MiB for each huge page) are spread
-  // over the inserts: taken all at once by the first inserts after growth, they held the
-  // consumer for more than a full ring's writer waits (10 ms: benchmarks/lossless.py's kept
-  // burst dropped half its events). The touches come in the cap/16 inserts before growth: a
-  // heap that stops growing there holds a table it does not use, up to twice the current one
-  // (1 M blocks kept: memhook's RSS 318 MB, of which 148 MB the next table).
+  // The next table's pages are written before it is needed, a few with each insert in the cap/16
+  // before growth, so that its page faults (the kernel zeroing 2 MiB for each huge page) are spread
+  // over the inserts: taken all at once by the first inserts after growth, they held the consumer
+  // for more than a full ring's writer waits (10 ms: benchmarks/lossless.py's kept burst dropped
+  // half its events). A heap that stops growing there holds a table it does not use, up to twice
+  // the current one.
   void touch_some() {
     const size_t cap = cur_.mask + 1;
     if (!next_.blocks) {
-      if (count_ * 16 < cap * 7) return;
+      if (!past_load(count_ + cap / 16, cap)) return;
       next_ = make_table(cap * 2);
       touched_ = 0;
       touch_per_insert_ = next_.len / (cap / 16) + 1;
