@@ -46,6 +46,27 @@ __attribute__((noinline)) StackWords python_stack_words(ThreadState& t, Origin f
   return {with_depth(t, p, caller), size | c->size_bits, n + k};
 }
 
+// The entry the call picks missed: another of its set, or a walk (out of line, so that the
+// common case keeps few registers).
+__attribute__((noinline)) StackWords stack_words_missed(ThreadState& t, Origin from, uint64_t p,
+                                                        uint64_t size, uint64_t* frames) {
+  const uint64_t ret0 = (uint64_t)*from.ret;  // (six arguments: all in registers)
+  uint32_t i, k;
+  recent_stack_for(t, ret0, from, &i);
+  if (RecentStack* o = same_stack_in_set(t, i, from, ret0, &k)) {  // kept in another of its set
+    t.last_recent = o;
+    return {p & kPtrMask, size | o->size_bits, 0};
+  }
+  i = recent_stack_to_fill(t, i);
+  RecentStack* c = recent_stack_at(t, i);
+  t.last_recent = c;  // a stack just walked
+  uint64_t caller;
+  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
+  if (!c->ret0) return {with_depth(t, p, caller), size, n};  // a walk not kept
+  c->size_bits = uint64_t(i + 1) << kRecentShift;
+  return {with_depth(t, p, caller), size | c->size_bits, n};
+}
+
 __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Origin from,
                                                              uint64_t p, uint64_t size,
                                                              uint64_t* frames) {
@@ -54,14 +75,10 @@ __attribute__((always_inline)) inline StackWords stack_words(ThreadState& t, Ori
   if (g_python) return python_stack_words(t, from, p, size, frames, ret0);
   uint32_t i;
   RecentStack* c = recent_stack_for(t, ret0, from, &i);
-  t.last_recent = c;  // a stack just seen or just walked
+  t.last_recent = c;  // a stack just seen
   if (same_stack(c, from, ret0))  // the recent stack again: no frames
     return {p & kPtrMask, size | c->size_bits, 0};  // its depth is the recent stack's (segment.h)
-  uint64_t caller;
-  const uint32_t n = backtrace(t, from, ret0, frames, &caller, c);
-  if (!c->ret0) return {with_depth(t, p, caller), size, n};  // a walk not kept
-  c->size_bits = uint64_t(i + 1) << kRecentShift;
-  return {with_depth(t, p, caller), size | c->size_bits, n};
+  return stack_words_missed(t, from, p, size, frames);
 }
 
 // The record of an allocation that returned `p`, at `at` (cursor w). Returns its words.

@@ -436,3 +436,22 @@ def test_library_without_call_frame_information(tmp_path, how, targets):
     if how != "no search table":
         assert [f.get("unwound") for f in leak["frames"][:2]] == ["derived rows"] * 2, \
             leak["frames"][:2]
+
+
+@pytest.mark.arm64
+@pytest.mark.parametrize("flags", [FRAMELESS, WITH_FP], ids=["frameless", "frame pointers"])
+def test_a_wrappers_callers_taking_turns(tmp_path, targets, flags):
+    """Six callers of one wrapper at one depth share a recent stack's key (the wrapper's return
+    address and stack pointer): a set of entries holds four of them, the others are walked and
+    kept in turn. Every block is still its own caller's, exactly, in the order they came."""
+    from conftest import build
+    rounds = 3000
+    exe = build(tmp_path, "wrapper_callers.c", base_flags=flags)
+    _, report = traced(targets(exe), tmp_path, f"go {rounds}")
+    by_caller = {}
+    for s in report["sites"]:
+        names = [f["function"] for f in s["frames"]]
+        if names[:1] == ["xmalloc"]:
+            assert names[1].startswith("caller") and names[2:4] == ["run", "main"], names
+            by_caller[names[1]] = (s["outstanding_count"], s["outstanding_bytes"])
+    assert by_caller == {f"caller{k}": (rounds, rounds * (100 + k)) for k in range(6)}, by_caller
