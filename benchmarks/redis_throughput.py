@@ -4,7 +4,9 @@ allocation (issue 43: "redis-server at >= 0.90 of its throughput, median of 5 in
 One redis-server process serves every run: each cycle runs redis-benchmark unprofiled, then
 attaches memhook (full tracing, default settings), runs it again, and detaches. Throughput is
 requests per second summed over the tests; the ratio is traced over unprofiled per cycle, and the
-median ratio is the figure. With --heaptrack, a second redis-server is measured the same way
+median ratio is the figure. Also redis-server's CPU time per request traced over alone (the same
+requests; steadier than throughput where the client and memhook share the cores), and memhook's
+CPU in each traced run. With --heaptrack, a second redis-server is measured the same way
 under `heaptrack -p` once (heaptrack stays until the process ends).
 
     sudo .venv/bin/python benchmarks/redis_throughput.py [--cycles 5] [--requests 200000]
@@ -13,6 +15,7 @@ import argparse
 import csv
 import io
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -53,6 +56,13 @@ def benchmark_command(port: int, requests: int, pipeline: int = 16, clients: int
             str(pipeline), "-c", str(clients), "-r", "100000", "-t", TESTS]
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user and system), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def throughput(port: int, a) -> float:
     """Requests per second, summed over the tests."""
     out = subprocess.run(benchmark_command(port, a.requests, a.pipeline, a.clients),
@@ -71,19 +81,27 @@ def main():
     a = ap.parse_args()
     tmp, port, redis = redis_server()
     bare, traced, ratios, dropped, waited, events = [], [], [], 0, 0, 0
+    cpu_ratios, consumer = [], []  # redis's CPU per request traced / alone; memhook's CPU
     try:
         throughput(port, a)  # warm: the keyspace filled, the allocator's arenas grown
         for i in range(a.cycles):
+            c0 = cpu_s(redis.pid)
             b = throughput(port, a)
+            cb = cpu_s(redis.pid) - c0
             mh = Session(redis.pid)
+            c0, m0 = cpu_s(redis.pid), cpu_s(mh.p.pid)
             t = throughput(port, a)
+            ct, cm = cpu_s(redis.pid) - c0, cpu_s(mh.p.pid) - m0
             out = mh.stop()
             bare.append(b)
             traced.append(t)
             ratios.append(t / b)
+            cpu_ratios.append(ct / cb)  # (the same requests in both runs)
+            consumer.append(cm)
             dropped += mh.dropped["events"]
             waited += mh.dropped["waited_events"]
             print(f"cycle {i + 1}: {b:,.0f} req/s alone, {t:,.0f} traced: {t / b:.2f}; "
+                  f"redis's CPU per request {ct / cb:.2f}x, memhook's CPU {cm:.2f} s; "
                   f"attach {mh.attach_ms:.1f} ms, detach {mh.detach_ms:.1f} ms; dropped "
                   f"{mh.dropped['events']}, waited {mh.dropped['waited_events']}", flush=True)
     finally:
@@ -95,6 +113,10 @@ def main():
     print(f"  traced {spread(traced, ' req/s', 0)}")
     print(f"  ratio  {spread(ratios)} (median of {a.cycles} interleaved cycles); "
           f"dropped events: {dropped}, events that waited for room: {waited}")
+    # Less noisy than throughput on a shared VM: what tracing adds to each request's CPU in
+    # redis-server (the hooks, and what they cost redis's own code), and what memhook used.
+    print(f"  redis-server's CPU per request, traced / alone: {spread(cpu_ratios)}; memhook's "
+          f"CPU in a traced run: {spread(consumer, ' s')}")
     if a.heaptrack and shutil.which("heaptrack"):
         port = free_port()
         redis = start_redis(tmp, port)
@@ -109,11 +131,14 @@ def main():
             redis.send_signal(signal.SIGTERM)
             redis.wait(30)
             said = ht.communicate(timeout=60)[0]
-        # heaptrack's injection fails where GDB cannot write the extended register state
-        # (memhook's gdb_xstate.py works around it); it then says so and traces nothing.
-        failed = [line for line in said.splitlines() if "No symbol" in line or "rror" in line]
+        # heaptrack's injection can fail where GDB cannot write the extended register state
+        # (memhook's gdb_xstate.py works around it): it then traces nothing. It worked if it said
+        # "injection finished" and counted allocations (GDB's complaints at its removal, once
+        # the process has ended, do not matter).
+        counted = re.search(r"allocations:\s+(\d+)", said)
+        worked = "injection finished" in said and counted and int(counted.group(1)) > 0
         print(f"  heaptrack -p: {b:,.0f} req/s alone, {t:,.0f} traced: {t / b:.2f}"
-              + (f" (its injection failed: {failed[0]})" if failed else ""))
+              + ("" if worked else " (its injection failed: it traced nothing)"))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
