@@ -48,8 +48,11 @@ class Lines:
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream):
-        for line in stream:
-            self._q.put(line)
+        try:
+            for line in stream:
+                self._q.put(line)
+        except ValueError:  # the stream closed under the read (a test's teardown): its end
+            pass
         self._q.put(None)
 
     def expect(self, word: str, timeout: float = 60) -> str:
