@@ -1,6 +1,7 @@
 """What the benchmark scripts share: a command-driven target process and memhook sessions."""
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -60,6 +61,13 @@ def spread(values, unit: str = "", digits: int = 2) -> str:
     f = f"{{:.{digits}f}}"
     return (f"{f.format(statistics.median(values))}{unit} "
             f"({f.format(min(values))}-{f.format(max(values))})")
+
+
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user and system), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report_of(out: str) -> dict:

@@ -13,21 +13,14 @@ With the Collector scripts/setup.sh --tests builds (.venv/otelcol) pushes go to 
 --no-otlp, or without it, no pushes.
 """
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from driver import build
+from driver import build, cpu_s
 from otlp_push import COLLECTOR, collector, free_port
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def rss_mib(pid: int) -> float:

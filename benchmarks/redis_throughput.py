@@ -14,17 +14,15 @@ under `heaptrack -p` once (heaptrack stays until the process ends).
 import argparse
 import csv
 import io
-import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from driver import Session, free_port, spread
+from driver import Session, cpu_s, free_port, spread
 
 TESTS = "set,get,incr,lpush,lpop,sadd,hset,mset"
 
@@ -56,13 +54,6 @@ def benchmark_command(port: int, requests: int, pipeline: int = 16, clients: int
             str(pipeline), "-c", str(clients), "-r", "100000", "-t", TESTS]
 
 
-def cpu_s(pid: int) -> float:
-    """A process's CPU time so far (user and system), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def throughput(port: int, a) -> float:
     """Requests per second, summed over the tests."""
     out = subprocess.run(benchmark_command(port, a.requests, a.pipeline, a.clients),
@@ -80,7 +71,7 @@ def main():
     ap.add_argument("--heaptrack", action="store_true")
     a = ap.parse_args()
     tmp, port, redis = redis_server()
-    bare, traced, ratios, dropped, waited, events = [], [], [], 0, 0, 0
+    bare, traced, ratios, dropped, waited = [], [], [], 0, 0
     cpu_ratios, consumer = [], []  # redis's CPU per request traced / alone; memhook's CPU
     try:
         throughput(port, a)  # warm: the keyspace filled, the allocator's arenas grown
@@ -92,7 +83,7 @@ def main():
             c0, m0 = cpu_s(redis.pid), cpu_s(mh.p.pid)
             t = throughput(port, a)
             ct, cm = cpu_s(redis.pid) - c0, cpu_s(mh.p.pid) - m0
-            out = mh.stop()
+            mh.stop()
             bare.append(b)
             traced.append(t)
             ratios.append(t / b)
