@@ -132,14 +132,16 @@ def ptrace_refused() -> str:
     """Why this process may not ptrace another, as far as /proc tells: Yama's ptrace_scope, the
     capability, or a seccomp filter (a container's default profile refuses ptrace)."""
     try:
-        scope = int(open("/proc/sys/kernel/yama/ptrace_scope").read())
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = int(f.read())
     except (OSError, ValueError):
         scope = 0
     status = {}
     with contextlib.suppress(OSError):
-        for line in open("/proc/self/status"):
-            key, _, value = line.partition(":")
-            status[key] = value.strip()
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                status[key] = value.strip()
     has_cap = bool(int(status.get("CapEff", "0"), 16) >> CAP_SYS_PTRACE & 1)
     if scope == 3:
         return ("kernel.yama.ptrace_scope is 3: no process may be traced on this host until it "

@@ -73,8 +73,10 @@ def thread_stack_pointers(pid: int) -> dict[int, str]:
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
         try:
-            name = open(f"{base}/comm").read().strip()
-            words = open(f"{base}/syscall").read().split()
+            with open(f"{base}/comm") as f:
+                name = f.read().strip()
+            with open(f"{base}/syscall") as f:
+                words = f.read().split()
             sp = int(words[-2], 16) if len(words) >= 3 else 0
             if not sp:
                 sp = int(procfs.stat_fields(pid, tid)[26])

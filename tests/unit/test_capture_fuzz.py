@@ -26,7 +26,7 @@ def sample_capture() -> bytes:
     import tempfile
     with tempfile.NamedTemporaryFile(suffix=".mh") as f:
         capture.write(f.name, cap)
-        return open(f.name, "rb").read()
+        return f.read()
 
 
 VALID = sample_capture()
